@@ -1,0 +1,281 @@
+"""Registration, backend switch and validation helpers shared by every ``ds::`` op.
+
+One helper, :func:`ds_op`, turns a pure-PyTorch reference into a ``torch.library`` custom op:
+
+* the custom-op body (``device_types=None``) is the reference, so every device works;
+* per-device kernels attach with ``register_kernel("cuda" | "cpu" | "npu")`` through one dispatcher
+  that honours the backend switch (``DS_OPS_BACKEND`` or :func:`backend`);
+* a fake (meta) impl for ``torch.compile`` / FakeTensor;
+* a FLOP formula registered with ``torch.utils.flop_counter.register_flop_formula``;
+* an eager fast path (:meth:`DsOp.__call__`) that skips the dispatcher (~10 µs, PyTorch issue #177109)
+  when not compiling, while ``torch.ops.ds.<name>`` stays the registered op for engines and graphs.
+
+Backends: ``reference`` (pure PyTorch), ``triton`` (CUDA; NPU via triton-ascend; CPU under
+``TRITON_INTERPRET=1``), ``ascendc`` (NPU, needs the built library). ``auto`` picks the best one that
+can run and falls back to the reference; an explicitly requested backend that cannot run raises
+:class:`BackendUnavailable` with the reason.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import os
+import threading
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+BACKENDS = ("auto", "reference", "triton", "ascendc")
+_ENV_BACKEND = "DS_OPS_BACKEND"
+_ENV_CHECKS = "DS_OPS_CHECKS"
+_local = threading.local()
+
+
+class BackendUnavailable(RuntimeError):
+    """An explicitly requested backend cannot run these inputs on this machine (the message says why)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# backend switch
+# ----------------------------------------------------------------------------------------------
+def _validate_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    return name
+
+
+def current_backend() -> str:
+    """The backend in force: the innermost :func:`backend` context, else ``$DS_OPS_BACKEND``, else ``auto``."""
+    stack = getattr(_local, "stack", None)
+    if stack:
+        return stack[-1]
+    return _validate_backend(os.environ.get(_ENV_BACKEND, "auto") or "auto")
+
+
+@contextlib.contextmanager
+def backend(name: str) -> Iterator[None]:
+    """Force a backend for the ``ds`` ops called inside the block (thread-local).
+
+    >>> import ops
+    >>> with ops.backend("reference"):
+    ...     pass
+    """
+    _validate_backend(name)
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append(name)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def checks_enabled() -> bool:
+    """Whether data-dependent eager checks (host syncs) run: off under ``DS_OPS_CHECKS=0``, while
+    compiling, and during CUDA-graph capture."""
+    if os.environ.get(_ENV_CHECKS, "1") == "0":
+        return False
+    if torch.compiler.is_compiling():
+        return False
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return False
+    return True
+
+
+def triton_interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def triton_available() -> str | None:
+    """None if ``import triton`` works, else the reason."""
+    try:
+        import triton  # noqa: F401
+    except Exception as e:  # pragma: no cover - depends on the machine
+        return f"triton is not importable ({type(e).__name__}: {e})"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# argument validation: clear errors naming the argument and the bad value
+# ----------------------------------------------------------------------------------------------
+def check_tensor(name: str, t: Any, *, dtypes: Sequence[torch.dtype] | None = None, ndim: int | Sequence[int] | None = None,
+                 shape: Sequence[int | None] | None = None, device: torch.device | None = None) -> None:
+    """Raise TypeError/ValueError naming ``name`` unless ``t`` is a tensor with the given properties.
+    ``shape`` entries that are None are not checked."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if dtypes is not None and t.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
+    if ndim is not None:
+        nd = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if t.dim() not in nd:
+            raise ValueError(f"{name} must have {' or '.join(map(str, nd))} dims, got shape {tuple(t.shape)}")
+    if shape is not None:
+        if t.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape)):
+            want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+            raise ValueError(f"{name} must have shape {want}, got {list(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} must be on {device}, got {t.device}")
+
+
+# ----------------------------------------------------------------------------------------------
+# OpSpec: one per op, read by tests, perf and docs
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """What tests, perf and docs need to know about one op.
+
+    name:        op name without namespace (``"amla"``)
+    flops:       f(**inputs) -> int, FLOPs of one call (2 per MAC), same numbers as the registered formula
+    bytes:       f(**inputs) -> int, fewest bytes one call must move through device memory
+    make_inputs: f(shape: dict, *, dtype, device, generator) -> dict of keyword inputs (fresh random data)
+    shapes:      named DeepSeek-V3 shapes, name -> shape dict for make_inputs
+    compute:     which unit's peak the FLOPs are measured against: "bf16", "int8" or "fp32"
+    tolerance:   name of the row in tests/tolerances.py for the op's main output
+    """
+
+    name: str
+    flops: Callable[..., int]
+    bytes: Callable[..., int]
+    make_inputs: Callable[..., dict]
+    shapes: dict[str, dict]
+    compute: str = "bf16"
+    tolerance: str = "bf16"
+
+
+SPECS: dict[str, OpSpec] = {}
+_LIB = torch.library.Library("ds", "FRAGMENT")
+
+
+# ----------------------------------------------------------------------------------------------
+# the op helper
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Kernel:
+    """A backend implementation of one op.
+
+    module/attr:  where the callable lives (imported lazily, so ``import ops`` never needs triton)
+    devices:      device types it runs on ("cuda", "cpu" = Triton interpreter, "npu")
+    supports:     optional f(*args, **kwargs) -> None | str (reason it cannot take these inputs)
+    """
+
+    backend: str
+    module: str
+    attr: str
+    devices: tuple[str, ...]
+    supports: Callable[..., str | None] | None = None
+    _fn: Callable | None = None
+
+    def load(self) -> Callable:
+        if self._fn is None:
+            self._fn = getattr(importlib.import_module(self.module), self.attr)
+        return self._fn
+
+
+def _device_type_of(args: Sequence[Any], kwargs: dict) -> str:
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            return a.device.type
+    return "cpu"
+
+
+def _unavailable_reason(k: Kernel, device_type: str) -> str | None:
+    if device_type not in k.devices:
+        return f"the {k.backend} kernel does not run on {device_type!r} tensors (runs on {list(k.devices)})"
+    if k.backend == "triton":
+        r = triton_available()
+        if r:
+            return r
+        if device_type == "cpu" and not triton_interpret():
+            return "Triton runs on CPU tensors only under TRITON_INTERPRET=1"
+    if k.backend == "ascendc":
+        from . import _ascendc
+        r = _ascendc.unavailable_reason()
+        if r:
+            return r
+    return None
+
+
+class DsOp:
+    """A registered ``ds::<name>`` op plus its eager fast path. Call it like the op."""
+
+    def __init__(self, name: str, reference: Callable, *, fake: Callable, mutates_args: Sequence[str] = (),
+                 check: Callable[..., None] | None = None, spec: OpSpec | None = None,
+                 kernels: Sequence[Kernel] = (), schema: str | None = None,
+                 flop_formula: Callable[..., int] | None = None):
+        self.name = name
+        self.reference = reference
+        self.check = check
+        self.kernels = list(kernels)
+        self.spec = spec
+        if spec is not None:
+            SPECS[name] = spec
+
+        sig = _signature_of(reference)
+        qualname = f"ds::{name}"
+        if schema is None:
+            schema = torch.library.infer_schema(reference, mutates_args=tuple(mutates_args))
+        # torch.library.custom_op rejects keyword-only tensors (the torch_npu signatures have them), so
+        # the op is defined with the lower-level Library API; semantics are the same.
+        _LIB.define(name + schema)
+        # default body for every device (CompositeExplicitAutograd) = dispatcher, which runs the reference
+        # unless a kernel for the tensors' device is selected
+        torch.library.impl(qualname, "CompositeExplicitAutograd", lib=_LIB)(self._make_device_impl("default", sig))
+        for dev in sorted({d for k in self.kernels for d in k.devices} - {"cpu"}):
+            key = "PrivateUse1" if dev == "npu" else dev.upper()
+            torch.library.impl(qualname, key, lib=_LIB)(self._make_device_impl(dev, sig))
+        torch.library.register_fake(qualname, fake, lib=_LIB)
+        self.op = getattr(torch.ops.ds, name)
+        if flop_formula is not None:
+            from torch.utils.flop_counter import register_flop_formula
+            register_flop_formula(self.op, get_raw=True)(flop_formula)
+
+    # -- dispatch -----------------------------------------------------------------------------
+    def _make_device_impl(self, dev: str, sig):
+        def impl(*args, **kwargs):
+            return self._run(dev, args, kwargs)
+        impl.__signature__ = sig
+        return impl
+
+    def select(self, args: Sequence[Any], kwargs: dict) -> tuple[str, Callable]:
+        """(backend name, callable) that would run these inputs under the current backend switch."""
+        want = current_backend()
+        if want == "reference":
+            return "reference", self.reference
+        dev = _device_type_of(args, kwargs)
+        reasons = []
+        order = [want] if want != "auto" else ["ascendc", "triton"]
+        for bname in order:
+            cands = [k for k in self.kernels if k.backend == bname]
+            if not cands:
+                reasons.append(f"ds::{self.name} has no {bname} kernel")
+                continue
+            for k in cands:
+                r = _unavailable_reason(k, dev)
+                if r is None and k.supports is not None:
+                    r = k.supports(*args, **kwargs)
+                if r is None:
+                    return bname, k.load()
+                reasons.append(r)
+        if want == "auto":
+            return "reference", self.reference
+        raise BackendUnavailable(f"ds::{self.name}: backend {want!r} cannot run here: " + "; ".join(reasons))
+
+    def _run(self, _dev: str, args, kwargs):
+        if self.check is not None:
+            self.check(*args, **kwargs)
+        _, fn = self.select(args, kwargs)
+        return fn(*args, **kwargs)
+
+    # -- eager fast path ----------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            return getattr(torch.ops.ds, self.name)(*args, **kwargs)
+        return self._run("eager", args, kwargs)
+
+
+def _signature_of(fn: Callable):
+    import inspect
+    return inspect.signature(fn)

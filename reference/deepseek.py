@@ -1,0 +1,70 @@
+"""Helpers shared by the references: RmsNorm, DeepSeek's RoPE convention, rounding points.
+
+Source: DeepSeek-V3 ``inference/model.py``; Hugging Face ``modeling_deepseek_v3.py``; torch_npu
+``npu_mla_prolog_v3`` (RoPE "interleave in, rotate-half out", see docs/ops/mla_prolog.md).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def rms_norm(x: torch.Tensor, gamma: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """RmsNorm in fp32: ``x / sqrt(mean(x², -1) + eps) · gamma``.
+
+    x: [..., H] any float dtype; gamma: [H] or None (no scale); eps: float. Returns fp32 [..., H].
+    Mirrors the Ascend kernels (division, not rsqrt-multiply; gamma cast to fp32).
+    """
+    x = x.float()
+    y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y * gamma.float() if gamma is not None else y
+
+
+def deinterleave(x: torch.Tensor) -> torch.Tensor:
+    """[..., Dr] interleaved pairs (x0,x1),(x2,x3),… → [x0,x2,…,x1,x3,…] (the order the caches hold)."""
+    return torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
+
+
+def rope(x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+    """DeepSeek RoPE as MLAProlog computes it, in fp32: interleaved pairs in, rotate-half order out.
+
+    x:   [..., Dr] with pairs interleaved (DeepSeek's checkpoint layout), any float dtype
+    sin, cos: broadcastable to x, laid out half-duplicated ``[s0..s(Dr/2-1), s0..s(Dr/2-1)]``
+    Returns fp32 [..., Dr] in de-interleaved order: ``y = d·cos + rotate_half(d)·sin`` with
+    ``d = deinterleave(x)``. Equals HF's ``apply_rotary_pos_emb_interleave`` / ``apply_rotary_pos_emb``
+    after its view/transpose.
+    """
+    d = deinterleave(x.float())
+    h = d.shape[-1] // 2
+    rot = torch.cat([-d[..., h:], d[..., :h]], dim=-1)
+    return d * cos.float() + rot * sin.float()
+
+
+def rope_sin_cos(positions: torch.Tensor, dim: int = 64, base: float = 10000.0, *, scaling: float = 1.0,
+                 inv_freq: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sin, cos) [T, dim] fp32 in the half-duplicated layout for integer ``positions`` [T].
+
+    ``inv_freq`` [dim/2] overrides the plain ``base^(-2i/dim)`` (e.g. YaRN frequencies from HF);
+    ``scaling`` multiplies both (HF's ``attention_scaling``)."""
+    if inv_freq is None:
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    f = positions.float()[:, None] * inv_freq.float()[None, :]
+    emb = torch.cat([f, f], dim=-1)
+    return emb.sin() * scaling, emb.cos() * scaling
+
+
+def yarn_mscale(factor: float = 40.0, mscale: float = 1.0) -> float:
+    """YaRN attention scale: 0.1·mscale·ln(factor) + 1 (1 when factor ≤ 1)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def deepseek_softmax_scale(qk_nope: int = 128, qk_rope: int = 64, factor: float = 40.0, mscale_all_dim: float = 1.0) -> float:
+    """(D + Dr)^-0.5 · mscale², DeepSeek-V3's attention scale (≈ 0.1353 for the released config)."""
+    m = yarn_mscale(factor, mscale_all_dim)
+    return (qk_nope + qk_rope) ** -0.5 * m * m
+
+
+def round_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Round fp32 to ``dtype`` (round-to-nearest-even, as Ascend's CAST_RINT) and back to fp32."""
+    return x.to(dtype).float()

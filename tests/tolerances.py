@@ -1,0 +1,62 @@
+"""The tolerance table of DESIGN.md §Tolerances and the metrics it uses. One place; every test reads it."""
+from __future__ import annotations
+
+import torch
+
+# name -> (max cosine difference, max |err| as a fraction of max|ref|)
+TOLERANCES = {
+    "bf16": dict(cos_diff=1e-5, max_rel=2e-2),
+    "fp16": dict(cos_diff=1e-5, max_rel=2e-2),
+    "fp32": dict(rel=1e-5),
+    "lse": dict(abs=1e-5),
+    "int8": dict(lsb=0),
+}
+
+
+def cos_diff(x: torch.Tensor, y: torch.Tensor) -> float:
+    """1 − 2Σxy / Σ(x² + y²) in fp64 (DeepGEMM's calc_diff); 0 for identical inputs, also all-zero ones."""
+    x, y = x.double().flatten(), y.double().flatten()
+    den = (x * x + y * y).sum()
+    if den == 0:
+        return 0.0
+    return float(1 - 2 * (x * y).sum() / den)
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, kind: str = "bf16", *, name: str = "out") -> None:
+    """Assert ``out`` matches ``ref`` under the DESIGN tolerance ``kind``; NaN never passes."""
+    assert out.shape == ref.shape, f"{name}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    out_d, ref_d = out.double().cpu(), ref.double().cpu()
+    assert not torch.isnan(out_d).any(), f"{name}: NaN in output ({int(torch.isnan(out_d).sum())} elements)"
+    tol = TOLERANCES[kind]
+    if kind in ("bf16", "fp16"):
+        finite = torch.isfinite(ref_d)
+        assert torch.equal(torch.isfinite(out_d), finite), f"{name}: ±inf positions differ from the reference"
+        cd = cos_diff(out_d[finite], ref_d[finite])
+        scale = ref_d[finite].abs().max().item() if finite.any() else 0.0
+        err = (out_d[finite] - ref_d[finite]).abs().max().item() if finite.any() else 0.0
+        assert cd <= tol["cos_diff"], f"{name}: cosine difference {cd:.3e} > {tol['cos_diff']:.0e}"
+        assert err <= tol["max_rel"] * scale + 1e-30, f"{name}: max|err| {err:.3e} > {tol['max_rel']}·max|ref| = {tol['max_rel'] * scale:.3e}"
+    elif kind == "fp32":
+        err = (out_d - ref_d).abs().max().item() if out_d.numel() else 0.0
+        scale = ref_d.abs().max().item() if ref_d.numel() else 0.0
+        assert err <= tol["rel"] * max(scale, 1e-30), f"{name}: max|err| {err:.3e} > {tol['rel']}·max|ref| ({scale:.3e})"
+    elif kind == "lse":
+        assert torch.equal(torch.isneginf(out_d), torch.isneginf(ref_d)), f"{name}: -inf positions differ"
+        f = torch.isfinite(ref_d)
+        err = (out_d[f] - ref_d[f]).abs().max().item() if f.any() else 0.0
+        assert err <= tol["abs"], f"{name}: max|err| {err:.3e} > {tol['abs']}"
+    elif kind == "int8":
+        diff = (out.long().cpu() - ref.long().cpu()).abs()
+        m = int(diff.max()) if diff.numel() else 0
+        assert m <= tol["lsb"], f"{name}: int8 outputs differ by up to {m} LSB at {int((diff > tol['lsb']).sum())} places"
+    else:
+        raise KeyError(kind)
+
+
+def poison(*tensors: torch.Tensor) -> None:
+    """Fill outputs with NaN (floats) or a sentinel (ints) before a kernel writes them."""
+    for t in tensors:
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        else:
+            t.fill_(torch.iinfo(t.dtype).min if t.dtype != torch.bool else False)
