@@ -257,7 +257,10 @@ class DsOp:
                 if r is None and k.supports is not None:
                     r = k.supports(*args, **kwargs)
                 if r is None:
-                    return bname, k.load()
+                    try:
+                        return bname, k.load()
+                    except ImportError as e:
+                        r = f"{k.module} is not importable ({e})"
                 reasons.append(r)
         if want == "auto":
             return "reference", self.reference
