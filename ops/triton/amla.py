@@ -1,0 +1,511 @@
+"""Triton kernel for ``ds::amla``: split-KV paged MLA decode with AMLA power-of-two rescaling.
+
+One source for CUDA (NVIDIA), Ascend (triton-ascend 3.2 language subset) and the CPU interpreter
+(``TRITON_INTERPRET=1``). Two kernels:
+
+* ``_amla_fwd_kernel`` — a work item is (request b, block of BLOCK_M query rows, KV split). Rows are
+  ``r = j·N + h`` (MTP token j, head h) of one request, so every head of a request shares each K tile.
+  The program walks its key range BLOCK_N keys at a time through the page table, loads the c_kv tile
+  [BLOCK_N, 512] once and uses it for both products (S = q_nope·c_kvᵀ + q_rope·k_ropeᵀ, then O += P·c_kv),
+  keeps the online-softmax state (m, l) and O in fp32 and writes either the final output (one split)
+  or a partial (O normalised, lse in log2 units; an empty range writes lse = −inf, the "empty" marker).
+* ``_amla_merge_kernel`` — combines the splits of one query row: splits with lse = −inf are excluded
+  (their O is never read; no −inf − (−inf)); a row with no key at all gets out = 0, lse = −inf.
+
+Rescale of the running output when the row maximum grows (constexpr ``RESCALE``):
+
+* ``RESCALE=1`` (AMLA, arXiv 2509.25224 as CANN ships it): every block is referenced to a power of two
+  2^n with n = rint(−m/ln 2); the remainder c = e^m·2^n ∈ [2^-½, 2^½] is rounded to the KV dtype (c16)
+  and folded into P (P' = p·c16, cof = c32/c16), and O is rescaled by an int32 add of
+  N = Δn·2²³ + rint(1.5·(cof_prev/cof − 1)·2²³) to its fp32 bit pattern (Δn clamped at −30; the
+  1.5·(…) term compensates the rounding of c). CANN adds a +1e-6 bias before its truncating cast; we
+  round to nearest instead, so a block that changes nothing gives N = 0 exactly (no 8-ULP drift per
+  block, which at BLOCK_N = 32 and 32K keys would add up to a 1e-3 scale error) and can be skipped.
+  Guard: the add is used only where the exponent field E satisfies E ≥ 2 − Δn and E ≤ 253 (the result
+  stays a normal fp32); exact zeros, denormals and values that would underflow are multiplied by
+  2^Δn·cof_prev/cof instead, so nothing is lost and nothing turns into ±inf/NaN (CANN instead zeroes
+  |O| > 1e10 at the end, dropping a zero that later receives contributions). Final: out = O / (l·c16_last).
+* ``RESCALE=0`` (plain FlashAttention): O ·= exp(m_old − m_new) in fp32; out = O / l.
+
+With ``rescale_skip`` the whole-tile rescale is skipped when no row of the tile changed (N = 0 /
+alpha = 1 for every row) — on a GPU both rescales are register ops of about equal cost.
+
+No host synchronisation on the launch path: the split count comes from shapes (B, N, S_q and
+max_blocks·block_size as an upper bound on L), each program reads its own L from ``seq_lens`` on the
+device and splits it evenly; the op is CUDA-graph and torch.compile(fullgraph=True) safe.
+Launch configs live in ops/triton/configs/amla.json ("cuda", "ascend", "interpreter").
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import pathlib
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan"]
+
+_CONFIG_PATH = pathlib.Path(__file__).with_name("configs") / "amla.json"
+_LN2 = math.log(2.0)
+_LOG2E = 1.0 / _LN2
+
+
+def _empty(shape, dtype, device):
+    """Allocation of outputs and split partials (one hook: tests replace it with a NaN-poisoning one)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+# ==============================================================================================
+# kernels
+# ==============================================================================================
+@triton.jit
+def _pow2_rescale(acc, n_add, dn, fac):
+    """AMLA rescale of acc [BM, D] fp32: add n_add [BM] int32 to the bit pattern where that is exact
+    exponent arithmetic (E ≥ 2 − dn and E ≤ 253), else multiply by fac [BM] = 2^dn·cof_prev/cof."""
+    bits = acc.to(tl.int32, bitcast=True)
+    expo = (bits >> 23) & 255
+    safe = (expo >= (2 - dn.to(tl.int32))[:, None]) & (expo <= 253)
+    shifted = (bits + n_add[:, None]).to(tl.float32, bitcast=True)
+    return tl.where(safe, shifted, acc * fac[:, None])
+
+
+@triton.jit
+def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
+               opart_ptr, lsepart_ptr,
+               sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
+               skv_p, skv_s, skr_p, skr_s, sbt_b,
+               so_b, so_s, so_h, sl_b, sl_s, sl_h,
+               qk_scale, N, S_Q, ROWS, MAX_KEYS, NUM_M, NUM_SPLITS,
+               D_V: tl.constexpr, D_R: tl.constexpr, PAGE: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+               RESCALE: tl.constexpr, ROUND_C: tl.constexpr, SKIP: tl.constexpr, SPLIT: tl.constexpr):
+    NEG_INF: tl.constexpr = float("-inf")
+    LN2: tl.constexpr = 0.6931471805599453
+    TWO23: tl.constexpr = 8388608.0
+    # work → (m block fastest, then split, then request): the programs that share a K tile run together
+    mb = work % NUM_M
+    rest = work // NUM_M
+    split = rest % NUM_SPLITS
+    b = rest // NUM_SPLITS
+    b64 = b.to(tl.int64)
+
+    rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < ROWS
+    tok = rows // N
+    head = rows % N
+    dv = tl.arange(0, D_V)
+    dr = tl.arange(0, D_R)
+
+    # this request's keys (never more than the block table can address)
+    L = tl.load(sl_ptr + b)
+    L = tl.minimum(tl.maximum(L, 0), MAX_KEYS)
+    if CAUSAL:
+        lim = L - S_Q + tok + 1               # token j sees keys [0, L − S_q + j]
+    else:
+        lim = L + tok * 0
+    lim = tl.where(row_ok, tl.minimum(lim, L), 0)
+    hi = tl.max(lim, axis=0)                  # keys any row of this block needs
+    split_len = tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * split_len
+    end = tl.minimum(start + split_len, hi)
+
+    # queries [BM, 512] and [BM, 64], loaded once
+    qn_off = b64 * sqn_b + tok.to(tl.int64) * sqn_s + head.to(tl.int64) * sqn_h
+    qr_off = b64 * sqr_b + tok.to(tl.int64) * sqr_s + head.to(tl.int64) * sqr_h
+    q = tl.load(q_nope_ptr + qn_off[:, None] + dv[None, :], mask=row_ok[:, None], other=0.0)
+    qr = tl.load(q_rope_ptr + qr_off[:, None] + dr[None, :], mask=row_ok[:, None], other=0.0)
+    p_dtype = kv_ptr.dtype.element_ty
+
+    m_i = tl.full((BLOCK_M,), NEG_INF, tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, D_V), tl.float32)
+    n_i = tl.zeros((BLOCK_M,), tl.float32)
+    cof_i = tl.full((BLOCK_M,), 1.0, tl.float32)
+    c_last = tl.full((BLOCK_M,), 1.0, tl.float32)
+    bt_row = bt_ptr + b64 * sbt_b
+
+    for k0 in range(start, end, BLOCK_N):
+        kpos = k0 + tl.arange(0, BLOCK_N)
+        kmask = kpos < end
+        # page id per key (masked: entries past ceil(L/PAGE) are never read), 64-bit offsets
+        page = tl.load(bt_row + kpos // PAGE, mask=kmask, other=0).to(tl.int64)
+        slot = (kpos % PAGE).to(tl.int64)
+        k = tl.load(kv_ptr + (page * skv_p + slot * skv_s)[:, None] + dv[None, :], mask=kmask[:, None], other=0.0)
+        kr = tl.load(kr_ptr + (page * skr_p + slot * skr_s)[:, None] + dr[None, :], mask=kmask[:, None], other=0.0)
+
+        s = tl.dot(q, tl.trans(k))
+        s = tl.dot(qr, tl.trans(kr), s)
+        s = s * qk_scale                                        # log2 units: scale·log2(e)
+        vis = (kpos[None, :] < lim[:, None]) & kmask[None, :]
+        s = tl.where(vis, s, NEG_INF)                           # select, never multiply by a mask
+
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == NEG_INF, 0.0, m_new)          # rows with no key yet: no −inf − (−inf)
+        p = tl.exp2(s - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)                            # 0 for rows that had no key
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if RESCALE == 1:
+            n_new = tl.floor(0.5 - m_use)                       # n = rint(−m/ln2) (m in log2 units here)
+            c32 = tl.exp2(m_use + n_new)                        # e^m·2^n ∈ [2^-½, 2^½]
+            if ROUND_C:
+                c_r = c32.to(p_dtype).to(tl.float32)
+            else:
+                c_r = c32
+            cof = c32 / c_r
+            dn = tl.where(m_i == NEG_INF, 0.0, n_new - n_i)
+            dn = tl.maximum(dn, -30.0)                          # shift clamp
+            ratio = cof_i / cof
+            comp = 1.5 * (ratio - 1.0)                          # compensation for rounding c (see docstring)
+            n_add = dn.to(tl.int32) * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
+            fac = tl.exp2(dn) * ratio
+            if SKIP:
+                if tl.max(tl.abs(n_add), axis=0) != 0:
+                    acc = _pow2_rescale(acc, n_add, dn, fac)
+            else:
+                acc = _pow2_rescale(acc, n_add, dn, fac)
+            p = p * c_r[:, None]
+            n_i = n_new
+            cof_i = cof
+            c_last = c_r
+        else:
+            if SKIP:
+                if tl.min(alpha, axis=0) != 1.0:
+                    acc = acc * alpha[:, None]
+            else:
+                acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(p_dtype), k, acc)
+        m_i = m_new
+
+    has = l_i > 0.0
+    if RESCALE == 1:
+        den = l_i * c_last
+    else:
+        den = l_i
+    inv = 1.0 / tl.where(has, den, 1.0)
+    o = tl.where(has[:, None], acc * inv[:, None], 0.0)
+    lse2 = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), NEG_INF)
+    if SPLIT:
+        prow = (b64 * NUM_SPLITS + split) * ROWS + rows
+        tl.store(lsepart_ptr + prow, lse2, mask=row_ok)
+        tl.store(opart_ptr + prow[:, None] * D_V + dv[None, :], o, mask=(row_ok & has)[:, None])
+    else:
+        o_off = b64 * so_b + tok.to(tl.int64) * so_s + head.to(tl.int64) * so_h
+        tl.store(out_ptr + o_off[:, None] + dv[None, :], o.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+        l_off = b64 * sl_b + tok.to(tl.int64) * sl_s + head.to(tl.int64) * sl_h
+        tl.store(lse_ptr + l_off, lse2 * LN2, mask=row_ok)
+
+
+# runtime sizes are not specialised (no recompiles per batch / split count / table width); strides are
+_NO_SPEC_FWD = ["sbt_b", "N", "S_Q", "ROWS", "MAX_KEYS", "NUM_M", "NUM_SPLITS", "TOTAL_WORK"]
+_NO_SPEC_MERGE = ["N", "ROWS", "NUM_SPLITS", "TOTAL_WORK"]
+LAST_LAUNCH: dict = {}   # the compiled kernels of the latest launch (perf reads registers / spills / shared memory)
+
+
+@triton.jit(do_not_specialize=_NO_SPEC_FWD)
+def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
+                     opart_ptr, lsepart_ptr,
+                     sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
+                     skv_p, skv_s, skr_p, skr_s, sbt_b,
+                     so_b, so_s, so_h, sl_b, sl_s, sl_h,
+                     qk_scale, N, S_Q, ROWS, MAX_KEYS, NUM_M, NUM_SPLITS, TOTAL_WORK,
+                     D_V: tl.constexpr, D_R: tl.constexpr, PAGE: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                     RESCALE: tl.constexpr, ROUND_C: tl.constexpr, SKIP: tl.constexpr, SPLIT: tl.constexpr,
+                     PERSISTENT: tl.constexpr):
+    """Partial / final MLA decode for work items (see module docstring). qk_scale = softmax_scale·log2(e)."""
+    pid = tl.program_id(0)
+    if PERSISTENT:
+        for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
+            _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
+                       opart_ptr, lsepart_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
+                       skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
+                       qk_scale, N, S_Q, ROWS, MAX_KEYS, NUM_M, NUM_SPLITS,
+                       D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, SKIP, SPLIT)
+    else:
+        _amla_tile(pid, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
+                   opart_ptr, lsepart_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
+                   skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
+                   qk_scale, N, S_Q, ROWS, MAX_KEYS, NUM_M, NUM_SPLITS,
+                   D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, SKIP, SPLIT)
+
+
+@triton.jit
+def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
+                    N, ROWS, NUM_SPLITS, D_V: tl.constexpr, SPLITS_P2: tl.constexpr):
+    NEG_INF: tl.constexpr = float("-inf")
+    LN2: tl.constexpr = 0.6931471805599453
+    r = work % ROWS
+    b = (work // ROWS).to(tl.int64)
+    sp = tl.arange(0, SPLITS_P2)
+    base = b * NUM_SPLITS * ROWS + r
+    lse_s = tl.load(lsepart_ptr + base + sp * ROWS, mask=sp < NUM_SPLITS, other=NEG_INF)
+    mx = tl.max(lse_s, axis=0)
+    mx = tl.where(mx == NEG_INF, 0.0, mx)
+    w = tl.where(lse_s == NEG_INF, 0.0, tl.exp2(lse_s - mx))
+    den = tl.sum(w, axis=0)
+    dv = tl.arange(0, D_V)
+    acc = tl.zeros((D_V,), tl.float32)
+    for s in range(0, NUM_SPLITS):
+        ls = tl.load(lsepart_ptr + base + s * ROWS)
+        live = ls != NEG_INF
+        ws = tl.where(live, tl.exp2(ls - mx), 0.0)
+        live_v = (tl.zeros((D_V,), tl.float32) + ls) != NEG_INF   # the split's O is read only if it is live
+        o = tl.load(opart_ptr + (base + s * ROWS) * D_V + dv, mask=live_v, other=0.0)
+        acc += ws * o
+    has = den > 0.0
+    o = tl.where(has, acc / tl.where(has, den, 1.0), 0.0)
+    lse = tl.where(has, (mx + tl.log2(tl.where(has, den, 1.0))) * LN2, NEG_INF)
+    tok = r // N
+    head = r % N
+    tl.store(out_ptr + b * so_b + tok * so_s + head * so_h + dv, o.to(out_ptr.dtype.element_ty))
+    tl.store(lse_ptr + b * sl_b + tok * sl_s + head * sl_h, lse)
+
+
+@triton.jit(do_not_specialize=_NO_SPEC_MERGE)
+def _amla_merge_kernel(opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
+                       N, ROWS, NUM_SPLITS, TOTAL_WORK,
+                       D_V: tl.constexpr, SPLITS_P2: tl.constexpr, PERSISTENT: tl.constexpr):
+    """Merge the KV splits of each query row (one row per work item); empty splits (lse −inf) excluded."""
+    pid = tl.program_id(0)
+    if PERSISTENT:
+        for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
+            _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
+                            N, ROWS, NUM_SPLITS, D_V, SPLITS_P2)
+    else:
+        _amla_merge_row(pid, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
+                        N, ROWS, NUM_SPLITS, D_V, SPLITS_P2)
+
+
+# ==============================================================================================
+# launcher
+# ==============================================================================================
+@functools.lru_cache(maxsize=None)
+def load_configs() -> dict:
+    """The launch configs of ops/triton/configs/amla.json (keys "cuda", "ascend", "interpreter")."""
+    with open(_CONFIG_PATH) as f:
+        return json.load(f)
+
+
+def _backend_key(device: torch.device) -> str:
+    if device.type == "cuda":
+        return "cuda"
+    if device.type == "npu":
+        return "ascend"
+    return "interpreter"
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_type: str, index: int) -> int:
+    if device_type == "cuda":
+        return torch.cuda.get_device_properties(index).multi_processor_count
+    return 1
+
+
+def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, config: dict | None = None,
+                num_splits: int | None = None) -> dict:
+    """The launch parameters the launcher picks for a problem (shapes only, no tensor data).
+
+    B, S_q, N: batch, query tokens per request, heads; max_keys: max_blocks·block_size (upper bound on L);
+    device: where it runs (selects the "cuda" / "ascend" / "interpreter" config);
+    config: optional dict overriding entries of the chosen tile (BLOCK_M, BLOCK_N, num_warps, num_stages,
+    programs_per_core) or of the backend section (cores, persistent, rescale_skip, max_splits, ...);
+    config["key"] picks another section ("cuda" / "ascend" / "interpreter"), e.g. to run the Ascend plan
+    under the interpreter;
+    num_splits: force the KV split count.
+    Returns dict(BLOCK_M, BLOCK_N, num_warps, num_stages, num_m, num_splits, grid, persistent, skip, key).
+    """
+    config = dict(config or {})
+    key = config.pop("key", None) or _backend_key(device)
+    sect = dict(load_configs()[key])
+    rows = S_q * N
+    tile = None
+    for t in sect["tiles"]:
+        if t["max_rows"] is None or rows <= t["max_rows"]:
+            tile = dict(t)
+            break
+    for k in list(config):
+        if k in tile or k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core"):
+            tile[k] = config.pop(k)
+    sect.update(config)
+    cores = sect["cores"]
+    if not cores:
+        cores = _sm_count("cuda", torch.cuda.current_device() if device.index is None else device.index) \
+            if device.type == "cuda" else 1
+    num_m = max(1, -(-rows // tile["BLOCK_M"]))
+    programs = B * num_m
+    target = cores * tile["programs_per_core"]
+    if num_splits is None:
+        if programs >= sect["fill"] * target or max_keys <= 0:
+            num_splits = 1
+        else:
+            num_splits = min(-(-target // max(programs, 1)),
+                             max(1, -(-max_keys // sect["min_keys_per_split"])),
+                             sect["max_splits"])
+    num_splits = max(1, int(num_splits))
+    total = programs * num_splits
+    persistent = bool(sect["persistent"])
+    grid = min(total, target) if persistent else total
+    merge_total = B * rows
+    merge_grid = min(merge_total, sect.get("vector_cores", cores)) if persistent else merge_total
+    return dict(key=key, BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"], num_warps=tile["num_warps"],
+                num_stages=tile["num_stages"], num_m=num_m, num_splits=num_splits, total=total,
+                grid=max(grid, 1), persistent=persistent, skip=bool(sect["rescale_skip"]),
+                merge_grid=max(merge_grid, 1), merge_total=merge_total,
+                merge_warps=sect["merge"]["num_warps"])
+
+
+def supports_reason(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True):
+    """Why the Triton kernel cannot take these inputs (None = it can). Shape errors are ops.amla's job;
+    this only reports what the kernel itself does not handle."""
+    tensors = (q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens)
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        return "all tensor arguments must be tensors"
+    if q_nope.dtype not in (torch.float16, torch.bfloat16):
+        return f"the Triton amla kernel takes fp16/bf16 queries, got {q_nope.dtype}"
+    if kv_cache.dtype != q_nope.dtype or kr_cache.dtype != q_nope.dtype or q_rope.dtype != q_nope.dtype:
+        return "q_nope, q_rope, kv_cache and kr_cache must share one dtype"
+    if q_nope.device.type == "cpu" and q_nope.dtype == torch.bfloat16:
+        return "bf16 tl.dot is wrong under TRITON_INTERPRET (CPU); bf16 runs on CUDA / NPU"
+    if q_nope.dim() != 4 or q_rope.dim() != 4 or kv_cache.dim() != 4 or kr_cache.dim() != 4:
+        return "q_nope/q_rope/kv_cache/kr_cache must be 4-D"
+    if kv_cache.shape[2] != 1 or kr_cache.shape[2] != 1:
+        return "the kernel supports one latent KV head"
+    for name, d in (("kv_lora_rank", kv_cache.shape[-1]), ("rope dim", kr_cache.shape[-1])):
+        if d < 16 or d & (d - 1):
+            return f"{name} must be a power of two ≥ 16 for the Triton kernel, got {d}"
+    if q_nope.shape[-1] != kv_cache.shape[-1] or q_rope.shape[-1] != kr_cache.shape[-1]:
+        return "query and cache head dims differ"
+    if block_table.dtype not in (torch.int32, torch.int64) or seq_lens.dtype not in (torch.int32, torch.int64):
+        return "block_table and seq_lens must be int32 (or int64)"
+    return None
+
+
+def _last_contig(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+
+
+def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_cache: torch.Tensor,
+                 block_table: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float, causal: bool = True,
+                 *, rescale: str = "amla", num_splits: int | None = None, config: dict | None = None,
+                 round_c: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`amla` with the knobs benchmarks and tests need.
+
+    rescale: "amla" (integer add on the fp32 bits, power-of-two reference) or "multiply" (FlashAttention).
+    num_splits: force the KV split count (None = the launcher's choice from shapes).
+    config: overrides for the launch config (see :func:`launch_plan`).
+    round_c: AMLA only — round the remainder c to the KV dtype as CANN does (True) or keep it fp32
+    (False, then cof ≡ 1 and the rescale is needed only when n changes).
+    Shapes/dtypes/returns as :func:`amla`. Raises ValueError for an unknown ``rescale``.
+    """
+    if rescale not in ("amla", "multiply"):
+        raise ValueError(f"rescale must be 'amla' or 'multiply', got {rescale!r}")
+    B, S_q, N, D_V = q_nope.shape
+    D_R = q_rope.shape[-1]
+    dev = q_nope.device
+    out = _empty((B, S_q, N, D_V), q_nope.dtype, dev)
+    lse = _empty((B, S_q, N), torch.float32, dev)
+    rows = S_q * N
+    if B == 0 or rows == 0 or D_V == 0:
+        return out, lse
+    page = kv_cache.shape[1]
+    max_blocks = block_table.shape[1]
+    max_keys = max_blocks * page if kv_cache.shape[0] > 0 else 0
+    q_nope, q_rope = _last_contig(q_nope), _last_contig(q_rope)
+    kv_cache, kr_cache = _last_contig(kv_cache), _last_contig(kr_cache)
+    if kv_cache.numel() == 0:   # never read (max_keys = 0); a real allocation keeps pointer checks happy
+        kv_cache = torch.zeros((1, max(page, 1), 1, D_V), dtype=q_nope.dtype, device=dev)
+        kr_cache = torch.zeros((1, max(page, 1), 1, D_R), dtype=q_nope.dtype, device=dev)
+    if block_table.numel() == 0:
+        block_table = torch.zeros((B, 1), dtype=torch.int32, device=dev)
+    if page <= 0:
+        page = 1
+    plan = launch_plan(B, S_q, N, max_keys, dev, config, num_splits)
+    ns = plan["num_splits"]
+    split = ns > 1
+    if split:
+        opart = _empty((B, ns, rows, D_V), torch.float32, dev)
+        lsepart = _empty((B, ns, rows), torch.float32, dev)
+    else:
+        opart, lsepart = out, lse     # unused
+    LAST_LAUNCH.clear()
+    LAST_LAUNCH["plan"] = plan
+    LAST_LAUNCH["fwd"] = _amla_fwd_kernel[(plan["grid"],)](
+        q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, out, lse, opart, lsepart,
+        q_nope.stride(0), q_nope.stride(1), q_nope.stride(2), q_rope.stride(0), q_rope.stride(1), q_rope.stride(2),
+        kv_cache.stride(0), kv_cache.stride(1), kr_cache.stride(0), kr_cache.stride(1), block_table.stride(0),
+        out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2),
+        float(softmax_scale) * _LOG2E, N, S_q, rows, max_keys, plan["num_m"], ns, plan["total"],
+        D_V=D_V, D_R=D_R, PAGE=page, BLOCK_M=plan["BLOCK_M"], BLOCK_N=plan["BLOCK_N"], CAUSAL=bool(causal),
+        RESCALE=1 if rescale == "amla" else 0, ROUND_C=bool(round_c), SKIP=plan["skip"], SPLIT=split,
+        PERSISTENT=plan["persistent"], num_warps=plan["num_warps"], num_stages=plan["num_stages"])
+    if split:
+        LAST_LAUNCH["merge"] = _amla_merge_kernel[(plan["merge_grid"],)](
+            opart, lsepart, out, lse, out.stride(0), out.stride(1), out.stride(2),
+            lse.stride(0), lse.stride(1), lse.stride(2), N, rows, ns, plan["merge_total"],
+            D_V=D_V, SPLITS_P2=triton.next_power_of_2(ns), PERSISTENT=plan["persistent"],
+            num_warps=plan["merge_warps"])
+    return out, lse
+
+
+def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_cache: torch.Tensor,
+         block_table: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float,
+         causal: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """MLA decode attention over a paged latent cache with AMLA rescaling (Triton).
+
+    Args (same as reference/amla.py ``amla``):
+        q_nope [B, S_q, N, 512] fp16/bf16; q_rope [B, S_q, N, 64] same dtype;
+        kv_cache [num_blocks, block_size, 1, 512], kr_cache [num_blocks, block_size, 1, 64] same dtype;
+        block_table [B, max_blocks] int32 (only the first ceil(L/block_size) entries of a row are read);
+        seq_lens [B] int32 (keys per request incl. the S_q new ones; 0 allowed; values above
+        max_blocks·block_size are clamped to it); softmax_scale: float; causal: token j sees keys
+        [0, L − S_q + j].
+    Returns: out [B, S_q, N, 512] in q's dtype, lse [B, S_q, N] fp32 natural log; a row with no key:
+        out 0, lse −inf.
+    Raises: nothing itself (ops.amla validates); unsupported inputs are reported by :func:`supports_reason`.
+    Algorithm: arXiv 2509.25224 (AMLA) with CANN's compensation and shift clamp; split-KV flash-decoding
+    merge as SGLang/FlashMLA (docs/ops/amla.md, docs/perf/amla.md).
+    """
+    return amla_variant(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal,
+                        rescale="amla")
+
+
+# ==============================================================================================
+# Ascend compile cases (one per jit kernel × Ascend launch config the launcher can pick)
+# ==============================================================================================
+def ascend_compile_cases() -> list[dict]:
+    """Cases for the triton-ascend 3.2 compile check: the forward kernel for each Ascend tile config
+    (split and unsplit, AMLA and multiply rescale, page 128, fp16 and bf16) and the merge kernel."""
+    cfg = load_configs()["ascend"]
+    cases = []
+    ints = ["sqn_b", "sqn_s", "sqn_h", "sqr_b", "sqr_s", "sqr_h", "skv_p", "skv_s", "skr_p", "skr_s", "sbt_b",
+            "so_b", "so_s", "so_h", "sl_b", "sl_s", "sl_h", "N", "S_Q", "ROWS", "MAX_KEYS", "NUM_M",
+            "NUM_SPLITS", "TOTAL_WORK"]
+    for dt in ("fp16", "bf16"):
+        for ti, tile in enumerate(cfg["tiles"]):
+            for split in (False, True):
+                for rescale in (1, 0):
+                    if dt == "bf16" and rescale == 0:
+                        continue
+                    sig = {"q_nope_ptr": f"*{dt}", "q_rope_ptr": f"*{dt}", "kv_ptr": f"*{dt}", "kr_ptr": f"*{dt}",
+                           "bt_ptr": "*i32", "sl_ptr": "*i32", "out_ptr": f"*{dt}", "lse_ptr": "*fp32",
+                           "opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "qk_scale": "fp32"}
+                    sig.update({k: "i32" for k in ints})
+                    const = dict(D_V=512, D_R=64, PAGE=128, BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"],
+                                 CAUSAL=True, RESCALE=rescale, ROUND_C=True, SKIP=bool(cfg["rescale_skip"]),
+                                 SPLIT=split, PERSISTENT=True)
+                    sig.update({k: "constexpr" for k in const})
+                    cases.append(dict(name=f"amla_fwd_{dt}_tile{ti}_bm{tile['BLOCK_M']}_bn{tile['BLOCK_N']}"
+                                           f"_{'split' if split else 'nosplit'}_{'amla' if rescale else 'mul'}",
+                                      fn=_amla_fwd_kernel, signature=sig, constexprs=const))
+    for dt in ("fp16", "bf16"):
+        sig = {"opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "out_ptr": f"*{dt}", "lse_ptr": "*fp32"}
+        sig.update({k: "i32" for k in ["so_b", "so_s", "so_h", "sl_b", "sl_s", "sl_h", "N", "ROWS", "NUM_SPLITS",
+                                       "TOTAL_WORK"]})
+        const = dict(D_V=512, SPLITS_P2=triton.next_power_of_2(cfg["max_splits"]), PERSISTENT=True)
+        sig.update({k: "constexpr" for k in const})
+        cases.append(dict(name=f"amla_merge_{dt}", fn=_amla_merge_kernel, signature=sig, constexprs=const))
+    return cases

@@ -1,0 +1,220 @@
+"""Triton kernel for ``ds::moe_gating_top_k`` (DeepSeek noaux_tc routing), one launch for E ≤ 1024.
+
+Semantics: reference/moe_gating.py (mirrors ``torch_npu.npu_moe_gating_top_k``). Each program holds
+BLOCK_T rows as a ``[BLOCK_T, G_PAD, GS_PAD]`` fp32 tile (G = group_count, GS = E / G, both padded to
+powers of two) and does, all in registers:
+
+1. ``s = sigmoid(x)`` or ``softmax(x)`` in fp32 (written to norm_out), ``b = s + bias`` (bias fp32);
+   the choice key is b with NaN → −inf.
+2. group score per row and group: the group max (mode 0) or the sum of its two largest keys (mode 1;
+   the second is the max after removing the *first* occurrence of the largest), NaN → −inf.
+3. k_group rounds of "best group among the not-yet-kept" (ties → lower group).
+4. k rounds of "best expert among the not-yet-chosen experts of kept groups" (ties → lower expert id).
+   Dropped groups are excluded outright (the reference ranks every kept expert above every dropped
+   one), so even an all-NaN / all-−inf row yields k distinct in-range ids: the lowest unchosen ids of
+   the kept groups. Every round is two max-reductions and one min-reduction over the tile — ties go
+   to the lowest index by construction (no reliance on ``tl.argmax`` tie rules).
+5. ``w = s[idx]`` (NaN → 0), renormalised ``w / (Σw + eps)`` (sigmoid always, softmax iff renorm=1),
+   times routed_scaling_factor once; y rounded to x's dtype.
+
+E, G, k, k_group and the modes are compile-time constants (a model has one routing config).
+No host synchronisation; T = 0 returns empty outputs without a launch.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+_CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "moe_gating.json")
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_EXPERTS = 1024
+
+
+@functools.lru_cache(maxsize=None)
+def _all_configs() -> dict:
+    with open(_CONFIG_PATH) as f:
+        return json.load(f)
+
+
+def _backend_key(device: torch.device) -> str:
+    return "cuda" if device.type == "cuda" else "ascend"
+
+
+@triton.jit
+def _moe_gating_kernel(x_ptr, bias_ptr, y_ptr, idx_ptr, norm_ptr, T, stride_xt, rsf, eps,
+                       E: tl.constexpr, G: tl.constexpr, GS: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr,
+                       K: tl.constexpr, K_PAD: tl.constexpr, KG: tl.constexpr, GROUP_MODE: tl.constexpr,
+                       SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_T: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    og = tl.arange(0, G_PAD)
+    oj = tl.arange(0, GS_PAD)
+    e2 = og[:, None] * GS + oj[None, :]                                  # [G_PAD, GS_PAD] expert id
+    valid2 = (og < G)[:, None] & (oj < GS)[None, :]
+    e3 = e2[None, :, :]
+    valid3 = valid2[None, :, :]
+    gvalid = (og < G)[None, :]                                           # [1, G_PAD]
+    kcol = tl.arange(0, K_PAD)[None, :]                                  # [1, K_PAD]
+    ninf = float("-inf")
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + e2, mask=valid2, other=0.0).to(tl.float32)[None, :, :]
+    n_blocks = tl.cdiv(T, BLOCK_T)
+    for tb in range(pid, n_blocks, nprog):
+        rows = tb * BLOCK_T + tl.arange(0, BLOCK_T)
+        rmask = rows < T
+        rows64 = rows.to(tl.int64)
+        m3 = rmask[:, None, None] & valid3
+        x = tl.load(x_ptr + rows64[:, None, None] * stride_xt + e3, mask=m3, other=0.0).to(tl.float32)
+        if SIGMOID:
+            s = 1.0 / (1.0 + tl.exp(-x))
+        else:
+            xm = tl.where(valid3, x, ninf)
+            mx = tl.max(tl.max(xm, axis=2), axis=1)
+            p = tl.exp(xm - mx[:, None, None])
+            p = tl.where(valid3, p, 0.0)
+            den = tl.sum(tl.sum(p, axis=2), axis=1)
+            s = p / den[:, None, None]
+        tl.store(norm_ptr + rows64[:, None, None] * E + e3, s, mask=m3)
+        if HAS_BIAS:
+            b = s + bias
+        else:
+            b = s
+        key = tl.where(b == b, b, ninf)
+        key = tl.where(valid3, key, ninf)
+        # ---- groups -------------------------------------------------------------------------
+        if KG < G:
+            m1 = tl.max(key, axis=2)                                     # [BT, G_PAD]
+            if GROUP_MODE == 1:
+                j1 = tl.min(tl.where(key == m1[:, :, None], oj[None, None, :], GS_PAD), axis=2)
+                rest = tl.where(oj[None, None, :] == j1[:, :, None], ninf, key)
+                gscore = m1 + tl.max(rest, axis=2)
+            else:
+                gscore = m1
+            gscore = tl.where(gscore == gscore, gscore, ninf)
+            kept = tl.zeros([BLOCK_T, G_PAD], dtype=tl.int32)
+            for _r in tl.static_range(KG):
+                free = gvalid & (kept == 0)
+                cand = tl.where(free, gscore, ninf)
+                best = tl.max(cand, axis=1)
+                gi = tl.min(tl.where(free & (cand == best[:, None]), og[None, :], G_PAD), axis=1)
+                kept = tl.where(og[None, :] == gi[:, None], 1, kept)
+            allowed = valid3 & (kept[:, :, None] != 0)
+        else:
+            allowed = valid3 & (rows[:, None, None] >= 0)
+        # ---- experts ------------------------------------------------------------------------
+        sw = tl.where(s == s, s, 0.0)
+        ids = tl.zeros([BLOCK_T, K_PAD], dtype=tl.int32)
+        wts = tl.zeros([BLOCK_T, K_PAD], dtype=tl.float32)
+        for r in tl.static_range(K):
+            cand = tl.where(allowed, key, ninf)
+            best = tl.max(tl.max(cand, axis=2), axis=1)
+            hit = allowed & (cand == best[:, None, None])
+            ei = tl.min(tl.min(tl.where(hit, e3, E), axis=2), axis=1)   # lowest id among the best
+            onehot = valid3 & (e3 == ei[:, None, None])  # padded lanes alias the next group's ids
+            w = tl.sum(tl.sum(tl.where(onehot, sw, 0.0), axis=2), axis=1)
+            allowed = allowed & (e3 != ei[:, None, None])
+            ids = tl.where(kcol == r, ei[:, None], ids)
+            wts = tl.where(kcol == r, w[:, None], wts)
+        if RENORM:
+            tot = tl.sum(wts, axis=1) + eps
+            wts = tl.math.div_rn(wts, tot[:, None])
+        wts = wts * rsf
+        kmask = rmask[:, None] & (kcol < K)
+        tl.store(y_ptr + rows64[:, None] * K + kcol, wts.to(y_ptr.dtype.element_ty), mask=kmask)
+        tl.store(idx_ptr + rows64[:, None] * K + kcol, ids, mask=kmask)
+
+
+def supports_reason_moe_gating_top_k(x, k, *, bias=None, k_group=1, group_count=1, group_select_mode=0, renorm=0,
+                                     norm_type=0, out_flag=False, routed_scaling_factor=1.0, eps=1e-20) -> str | None:
+    """Why the Triton kernel cannot take these inputs (None = it can)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in _FLOAT_DTYPES:
+        return "x must be a 2-D fp16/bf16/fp32 tensor [T, E]"
+    T, E = x.shape
+    if group_count < 1 or E % group_count:
+        return "group_count must divide E"
+    gs = E // group_count
+    if triton.next_power_of_2(group_count) * triton.next_power_of_2(gs) > MAX_EXPERTS:
+        return f"E = {E} in {group_count} groups pads to more than {MAX_EXPERTS} experts (one tile per row)"
+    if not 1 <= k <= gs * k_group:
+        return "k must be in [1, k_group · E / group_count]"
+    return None
+
+
+supports_reason = supports_reason_moe_gating_top_k
+
+
+def moe_gating_top_k(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = None, k_group: int = 1,
+                     group_count: int = 1, group_select_mode: int = 0, renorm: int = 0, norm_type: int = 0,
+                     out_flag: bool = False, routed_scaling_factor: float = 1.0, eps: float = 1e-20
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DeepSeek noaux_tc MoE routing in one launch; mirrors ``torch_npu.npu_moe_gating_top_k``.
+
+    x: [T, E] fp16/bf16/fp32 router logits; k: experts per token; bias: [E] fp32 (or x's dtype) or None;
+    k_group / group_count: kept / total contiguous expert groups; group_select_mode: 0 group max, 1 top-2 sum;
+    renorm: softmax only (sigmoid always renormalises); norm_type: 0 softmax, 1 sigmoid; out_flag: accepted,
+    norm_out is always written; routed_scaling_factor, eps: fp32 scalars.
+    Returns (y [T, k] x.dtype routing weights, expert_idx [T, k] int32 by descending biased score,
+    norm_out [T, E] fp32 = s). Semantics and non-finite handling: reference/moe_gating.py.
+    Inputs are validated by ops/moe_gating.py, not here.
+    """
+    T, E = x.shape
+    dev = x.device
+    y = torch.empty((T, k), dtype=x.dtype, device=dev)
+    idx = torch.empty((T, k), dtype=torch.int32, device=dev)
+    norm_out = torch.empty((T, E), dtype=torch.float32, device=dev)
+    if T == 0:
+        return y, idx, norm_out
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    G = group_count
+    GS = E // G
+    g_pad, gs_pad = triton.next_power_of_2(G), triton.next_power_of_2(GS)
+    cfg = _all_configs()[_backend_key(dev)]
+    block_t = max(1, min(int(cfg["tile_elems"]) // (g_pad * gs_pad), int(cfg["max_block_t"]),
+                         triton.next_power_of_2(T)))
+    block_t = triton.next_power_of_2(block_t) if block_t & (block_t - 1) else block_t
+    n_blocks = triton.cdiv(T, block_t)
+    cap = int(cfg["grid_cap"])
+    grid = min(n_blocks, cap) if cap > 0 else n_blocks
+    _moe_gating_kernel[(grid,)](
+        x, bias if bias is not None else x, y, idx, norm_out, T, x.stride(0),
+        float(routed_scaling_factor), float(eps),
+        E=E, G=G, GS=GS, G_PAD=g_pad, GS_PAD=gs_pad, K=k, K_PAD=triton.next_power_of_2(k), KG=k_group if G > 1 else 1,
+        GROUP_MODE=group_select_mode, SIGMOID=norm_type == 1, RENORM=(norm_type == 1 or renorm == 1),
+        HAS_BIAS=bias is not None, BLOCK_T=block_t, num_warps=int(cfg["num_warps"]))
+    return y, idx, norm_out
+
+
+def ascend_compile_cases() -> list[dict]:
+    """(kernel × Ascend launch config) cases for the triton-ascend 3.2 + bishengir compile check:
+    DeepSeek-V3 (E=256, 8 groups, top-4 groups, k=8), k=6, a flat softmax router (E=64, k=6) and E=512."""
+    cfg = _all_configs()["ascend"]
+    cases = []
+    for name, E, G, KG, K, mode, sig, renorm in (("deepseek_v3", 256, 8, 4, 8, 1, True, True),
+                                                ("deepseek_v3_k6", 256, 8, 4, 6, 1, True, True),
+                                                ("softmax_flat_e64", 64, 1, 1, 6, 0, False, False),
+                                                ("sigmoid_e512_g16", 512, 16, 4, 8, 1, True, True)):
+        gs = E // G
+        g_pad, gs_pad = triton.next_power_of_2(G), triton.next_power_of_2(gs)
+        block_t = max(1, min(int(cfg["tile_elems"]) // (g_pad * gs_pad), int(cfg["max_block_t"])))
+        for dt in ("*bf16", "*fp16", "*fp32"):
+            cases.append(dict(
+                name=f"moe_gating_{name}_bt{block_t}_{dt[1:]}", fn=_moe_gating_kernel,
+                signature={"x_ptr": dt, "bias_ptr": "*fp32", "y_ptr": dt, "idx_ptr": "*i32", "norm_ptr": "*fp32",
+                           "T": "i32", "stride_xt": "i32", "rsf": "fp32", "eps": "fp32", "E": "constexpr",
+                           "G": "constexpr", "GS": "constexpr", "G_PAD": "constexpr", "GS_PAD": "constexpr",
+                           "K": "constexpr", "K_PAD": "constexpr", "KG": "constexpr", "GROUP_MODE": "constexpr",
+                           "SIGMOID": "constexpr", "RENORM": "constexpr", "HAS_BIAS": "constexpr",
+                           "BLOCK_T": "constexpr"},
+                constexprs=dict(E=E, G=G, GS=gs, G_PAD=g_pad, GS_PAD=gs_pad, K=K, K_PAD=triton.next_power_of_2(K),
+                                KG=KG if G > 1 else 1, GROUP_MODE=mode, SIGMOID=sig, RENORM=renorm, HAS_BIAS=True,
+                                BLOCK_T=block_t)))
+    return cases
+
+
+__all__ = ["moe_gating_top_k", "supports_reason", "supports_reason_moe_gating_top_k", "ascend_compile_cases"]

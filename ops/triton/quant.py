@@ -1,0 +1,582 @@
+"""Triton kernels for SmoothQuant W8A8: ``ds::dynamic_quant``, ``ds::rms_norm_dynamic_quant``, ``ds::quant_matmul``.
+
+One source for CUDA (triton ≥ 3.2, tested with 3.6 on the H200), Ascend (triton-ascend 3.2) and the CPU
+interpreter (``TRITON_INTERPRET=1``). Launch configs are data: ``ops/triton/configs/quant.json``, keyed
+``"cuda"`` / ``"ascend"`` (the interpreter uses ``"ascend"`` so CI exercises the persistent-loop path).
+
+Kernels
+-------
+* :func:`dynamic_quant` — one pass over each row (the whole row stays in registers when
+  ``K ≤ max_block_k``; otherwise two sweeps: absmax, then quantise): ``y = x·smooth`` (fp32),
+  ``scale = max|y| / 127``, ``q = rint(y / scale)`` clamped to [−127, 127], round half to even.
+* :func:`rms_norm_dynamic_quant` — the same with an optional residual add and an fp32 RmsNorm in front
+  (``x / sqrt(mean(x²) + eps) · gamma``, division not rsqrt-multiply, like the reference).
+* :func:`quant_matmul` — ``out = (Σ_k x[m,k]·w[k,n]) · weight_scale[n] · x_scale[m] (+ bias[n])``:
+  int8 ``tl.dot`` with an int32 accumulator (``out_dtype=tl.int32`` spelled out for triton 3.6),
+  fp32 epilogue fused. Small M splits K into int32 partial sums (plain stores into a workspace
+  ``[split, M, N]``, no atomics, so deterministic) and a tiny epilogue kernel adds them in a fixed order.
+
+Portability notes (DESIGN §Triton portability)
+----------------------------------------------
+* Round half to even is ``(v + 1.5·2²³) − 1.5·2²³`` on fp32 (exact for |v| < 2²², and |v| ≤ 127 here
+  after the clamp): no ``libdevice.rint`` (CUDA-only).
+* ``y / scale`` and the RmsNorm division/sqrt use ``tl.math.div_rn`` / ``tl.math.sqrt_rn`` (IEEE,
+  correctly rounded): Triton's plain fp32 ``/`` on CUDA is ``div.full.f32`` (≤ 2 ulp), which moves
+  values across rounding ties (1.5 → 1.4999999 → 1 instead of 2).
+* No host synchronisation; M = 0 returns empty tensors without a launch; offsets into x / out / the
+  weight are formed in int64.
+
+Weights: ``quant_matmul`` takes the weight *logically* as ``[K, N]`` and reads it through its strides.
+The fast layout is K-major on CUDA (Hopper's int8 MMA wants both operands K-major): keep ``[N, K]``
+contiguous and pass its ``.t()``. ``reference.quant.pack_weight`` produces that layout once, offline.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+_CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "quant.json")
+_MAGIC = 12582912.0  # 1.5 * 2**23: adding and subtracting it rounds an fp32 |v| < 2**22 half-to-even
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def _all_configs() -> dict:
+    with open(_CONFIG_PATH) as f:
+        return json.load(f)
+
+
+def _backend_key(device: torch.device) -> str:
+    """'cuda' for NVIDIA, 'ascend' for NPUs and for the CPU interpreter (so CI runs the persistent-loop path)."""
+    return "cuda" if device.type == "cuda" else "ascend"
+
+
+def _config(op: str, device: torch.device) -> dict:
+    return _all_configs()[_backend_key(device)][op]
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _split_target(cfg: dict, device: torch.device) -> int:
+    t = int(cfg.get("split_target", 0))
+    if t > 0:
+        return t
+    if device.type == "cuda":
+        return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return 20
+
+
+def _grid(n_items: int, cap: int) -> int:
+    return max(1, min(n_items, cap) if cap > 0 else n_items)
+
+
+# ==============================================================================================
+# per-token dynamic quantisation (shared device helper)
+# ==============================================================================================
+@triton.jit
+def _rint(v):
+    """Round fp32 half to even for |v| < 2**22 (portable: no libdevice)."""
+    return (v + 12582912.0) - 12582912.0
+
+
+@triton.jit
+def _quantize_tile(y, scale):
+    """int8 q = clamp(rint(y / scale), −127, 127); 0 where scale == 0 (all-zero row) or the quotient is NaN."""
+    safe = tl.where(scale > 0, scale, 1.0)
+    v = tl.math.div_rn(y, safe)
+    v = tl.where(scale > 0, v, 0.0)
+    v = tl.where(v == v, v, 0.0)  # NaN -> 0 (the row's scale already says NaN)
+    v = tl.minimum(tl.maximum(v, -127.0), 127.0)
+    return _rint(v).to(tl.int8)
+
+
+@triton.jit
+def _row_scale(amax, nan_count):
+    """fp32 per-token scale = absmax / 127 (IEEE division); NaN when the row holds a NaN."""
+    s = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
+    return tl.where(nan_count > 0, float("nan"), s)
+
+
+@triton.jit
+def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
+                          stride_xm, stride_xk, stride_qm,
+                          HAS_SMOOTH: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                          SINGLE: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n_blocks = tl.cdiv(M, BLOCK_M)
+    for mb in range(pid, n_blocks, nprog):
+        rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+        rmask = rows < M
+        rows64 = rows.to(tl.int64)
+        x_row = x_ptr + rows64[:, None] * stride_xm
+        q_row = q_ptr + rows64[:, None] * stride_qm
+        if SINGLE:
+            cols = tl.arange(0, BLOCK_K)
+            cmask = cols < K
+            m2 = rmask[:, None] & cmask[None, :]
+            y = tl.load(x_row + cols[None, :] * stride_xk, mask=m2, other=0.0).to(tl.float32)
+            if HAS_SMOOTH:
+                y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+            amax = tl.max(tl.abs(y), axis=1)
+            nan_count = tl.sum((y != y).to(tl.int32), axis=1)
+            scale = _row_scale(amax, nan_count)
+            q = _quantize_tile(y, scale[:, None])
+            tl.store(q_row + cols[None, :], q, mask=m2)
+        else:
+            amax = tl.zeros([BLOCK_M], dtype=tl.float32)
+            nan_count = tl.zeros([BLOCK_M], dtype=tl.int32)
+            for k0 in range(0, K, BLOCK_K):
+                cols = k0 + tl.arange(0, BLOCK_K)
+                cmask = cols < K
+                m2 = rmask[:, None] & cmask[None, :]
+                y = tl.load(x_row + cols[None, :] * stride_xk, mask=m2, other=0.0).to(tl.float32)
+                if HAS_SMOOTH:
+                    y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+                amax = tl.maximum(amax, tl.max(tl.abs(y), axis=1))
+                nan_count += tl.sum((y != y).to(tl.int32), axis=1)
+            scale = _row_scale(amax, nan_count)
+            for k0 in range(0, K, BLOCK_K):
+                cols = k0 + tl.arange(0, BLOCK_K)
+                cmask = cols < K
+                m2 = rmask[:, None] & cmask[None, :]
+                y = tl.load(x_row + cols[None, :] * stride_xk, mask=m2, other=0.0).to(tl.float32)
+                if HAS_SMOOTH:
+                    y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+                q = _quantize_tile(y, scale[:, None])
+                tl.store(q_row + cols[None, :], q, mask=m2)
+        tl.store(scale_ptr + rows64, scale, mask=rmask)
+
+
+@triton.jit
+def _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES: tl.constexpr):
+    """fp32 s = x (+ residual): the norm reads this unrounded sum (reference/quant.py)."""
+    h = tl.load(x_row + cols[None, :] * stride_xk, mask=m2, other=0.0).to(tl.float32)
+    if HAS_RES:
+        h = h + tl.load(r_row + cols[None, :] * stride_rk, mask=m2, other=0.0).to(tl.float32)
+    return h
+
+
+@triton.jit
+def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_ptr, res_out_ptr, M, K,
+                           stride_xm, stride_xk, stride_rm, stride_rk, stride_qm, stride_om, eps,
+                           HAS_RES: tl.constexpr, HAS_SMOOTH: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SINGLE: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n_blocks = tl.cdiv(M, BLOCK_M)
+    for mb in range(pid, n_blocks, nprog):
+        rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+        rmask = rows < M
+        rows64 = rows.to(tl.int64)
+        x_row = x_ptr + rows64[:, None] * stride_xm
+        r_row = res_ptr + rows64[:, None] * stride_rm
+        o_row = res_out_ptr + rows64[:, None] * stride_om
+        q_row = q_ptr + rows64[:, None] * stride_qm
+        if SINGLE:
+            cols = tl.arange(0, BLOCK_K)
+            cmask = cols < K
+            m2 = rmask[:, None] & cmask[None, :]
+            h = _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES)
+            tl.store(o_row + cols[None, :], h.to(res_out_ptr.dtype.element_ty), mask=m2)
+            ms = tl.math.div_rn(tl.sum(h * h, axis=1), tl.full([BLOCK_M], K, tl.float32))
+            rms = tl.math.sqrt_rn(ms + eps)
+            g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+            y = tl.math.div_rn(h, rms[:, None]) * g[None, :]
+            if HAS_SMOOTH:
+                y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+            y = tl.where(m2, y, 0.0)
+            amax = tl.max(tl.abs(y), axis=1)
+            nan_count = tl.sum((y != y).to(tl.int32), axis=1)
+            scale = _row_scale(amax, nan_count)
+            q = _quantize_tile(y, scale[:, None])
+            tl.store(q_row + cols[None, :], q, mask=m2)
+        else:
+            ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                cols = k0 + tl.arange(0, BLOCK_K)
+                m2 = rmask[:, None] & (cols < K)[None, :]
+                h = _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES)
+                tl.store(o_row + cols[None, :], h.to(res_out_ptr.dtype.element_ty), mask=m2)
+                ss += tl.sum(h * h, axis=1)
+            rms = tl.math.sqrt_rn(tl.math.div_rn(ss, tl.full([BLOCK_M], K, tl.float32)) + eps)
+            amax = tl.zeros([BLOCK_M], dtype=tl.float32)
+            nan_count = tl.zeros([BLOCK_M], dtype=tl.int32)
+            for k0 in range(0, K, BLOCK_K):
+                cols = k0 + tl.arange(0, BLOCK_K)
+                cmask = cols < K
+                m2 = rmask[:, None] & cmask[None, :]
+                h = _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES)
+                g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+                y = tl.math.div_rn(h, rms[:, None]) * g[None, :]
+                if HAS_SMOOTH:
+                    y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+                y = tl.where(m2, y, 0.0)
+                amax = tl.maximum(amax, tl.max(tl.abs(y), axis=1))
+                nan_count += tl.sum((y != y).to(tl.int32), axis=1)
+            scale = _row_scale(amax, nan_count)
+            for k0 in range(0, K, BLOCK_K):
+                cols = k0 + tl.arange(0, BLOCK_K)
+                cmask = cols < K
+                m2 = rmask[:, None] & cmask[None, :]
+                h = _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES)
+                g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+                y = tl.math.div_rn(h, rms[:, None]) * g[None, :]
+                if HAS_SMOOTH:
+                    y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+                q = _quantize_tile(y, scale[:, None])
+                tl.store(q_row + cols[None, :], q, mask=m2)
+        tl.store(scale_ptr + rows64, scale, mask=rmask)
+
+
+def _row_launch(op: str, M: int, K: int, device: torch.device) -> tuple[int, int, bool, int, int]:
+    """(BLOCK_M, BLOCK_K, SINGLE, grid, num_warps) for a row-wise quant kernel."""
+    cfg = _config(op, device)
+    kp = triton.next_power_of_2(max(K, 1))
+    block_k = min(kp, int(cfg["max_block_k"]))
+    single = kp <= int(cfg["max_block_k"])
+    block_m = max(1, min(int(cfg["tile_elems"]) // block_k, triton.next_power_of_2(max(M, 1)), 64))
+    n_blocks = triton.cdiv(M, block_m)
+    return block_m, block_k, single, _grid(n_blocks, int(cfg["grid_cap"])), int(cfg["num_warps"])
+
+
+def _flatten_rows(x: torch.Tensor) -> torch.Tensor:
+    K = x.shape[-1]
+    return x.reshape(-1, K)
+
+
+# ----------------------------------------------------------------------------------------------
+# public launchers
+# ----------------------------------------------------------------------------------------------
+def supports_reason_dynamic_quant(x, *, smooth_scales=None) -> str | None:
+    """Why the Triton kernel cannot take these inputs (None = it can)."""
+    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOAT_DTYPES:
+        return "x must be a fp16/bf16/fp32 tensor"
+    if x.dim() < 1:
+        return "x must have at least 1 dim"
+    if smooth_scales is not None and (smooth_scales.dtype not in _FLOAT_DTYPES or smooth_scales.device != x.device):
+        return "smooth_scales must be a float tensor on x's device"
+    return None
+
+
+def dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-token int8 quantisation (SmoothQuant), mirrors ``torch_npu.npu_dynamic_quant``.
+
+    x: [..., K] fp16/bf16/fp32; smooth_scales: [K] float or None (multiplied in fp32).
+    Returns (x_int8 [..., K] int8, scale [...] fp32, the per-token scale): ``y = x·smooth``,
+    ``scale = max|y| / 127``, ``q = clamp(round_half_even(y / scale), −127, 127)``. An all-zero row gives
+    q = 0, scale = 0; a row holding NaN gives scale = NaN (its q is 0). Inputs are not validated here
+    (ops/quant.py checks them).
+    """
+    K = x.shape[-1]
+    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    scale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    x2 = _flatten_rows(x)
+    M = x2.shape[0]
+    if M == 0 or K == 0:
+        return q, scale.zero_()
+    block_m, block_k, single, grid, warps = _row_launch("dynamic_quant", M, K, x.device)
+    s = smooth_scales if smooth_scales is not None else x2
+    _dynamic_quant_kernel[(grid,)](x2, s, q, scale, M, K, x2.stride(0), x2.stride(1), K,
+                                   HAS_SMOOTH=smooth_scales is not None, BLOCK_M=block_m, BLOCK_K=block_k,
+                                   SINGLE=single, num_warps=warps)
+    return q, scale
+
+
+def supports_reason_rms_norm_dynamic_quant(x, gamma, *, epsilon=1e-6, residual=None, smooth_scales=None) -> str | None:
+    """Why the Triton kernel cannot take these inputs (None = it can)."""
+    r = supports_reason_dynamic_quant(x, smooth_scales=smooth_scales)
+    if r:
+        return r
+    if not isinstance(gamma, torch.Tensor) or gamma.dtype not in _FLOAT_DTYPES:
+        return "gamma must be a float tensor"
+    if residual is not None and (residual.dtype not in _FLOAT_DTYPES or residual.shape != x.shape):
+        return "residual must be a float tensor shaped like x"
+    return None
+
+
+def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: float = 1e-6,
+                           residual: torch.Tensor | None = None,
+                           smooth_scales: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(residual add →) fp32 RmsNorm → smooth → per-token int8 quant, one pass over each row.
+
+    x, residual: [..., K] fp16/bf16/fp32; gamma: [K]; smooth_scales: [K] or None; epsilon: float.
+    Returns (x_int8 [..., K] int8, scale [...] fp32 per-token scale, residual_out [..., K] x.dtype = x + residual).
+    Mirrors ``torch_npu.npu_add_rms_norm_dynamic_quant``; semantics in reference/quant.py.
+    """
+    K = x.shape[-1]
+    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    scale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    res_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    x2 = _flatten_rows(x)
+    M = x2.shape[0]
+    if M == 0:
+        return q, scale, res_out
+    r2 = _flatten_rows(residual) if residual is not None else x2
+    block_m, block_k, single, grid, warps = _row_launch("rms_norm_dynamic_quant", M, K, x.device)
+    s = smooth_scales if smooth_scales is not None else gamma
+    _rms_norm_quant_kernel[(grid,)](x2, r2, gamma, s, q, scale, res_out, M, K,
+                                    x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), K, K, float(epsilon),
+                                    HAS_RES=residual is not None, HAS_SMOOTH=smooth_scales is not None,
+                                    BLOCK_M=block_m, BLOCK_K=block_k, SINGLE=single, num_warps=warps)
+    return q, scale, res_out
+
+
+# ==============================================================================================
+# quant_matmul
+# ==============================================================================================
+@triton.jit
+def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr,
+                M, N, K, K_PER_SPLIT,
+                stride_xm, stride_xk, stride_wk, stride_wn, stride_om,
+                SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """One work item = (split, BLOCK_M × BLOCK_N output tile). SPLIT_K == 1: fused fp32 epilogue;
+    else int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    n_tiles = num_pid_m * num_pid_n
+    for item in range(pid, n_tiles * SPLIT_K, nprog):
+        split = item // n_tiles
+        tile = item % n_tiles
+        group = GROUP_M * num_pid_n
+        first_m = (tile // group) * GROUP_M
+        gsize = tl.minimum(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (tile % group) % gsize
+        pid_n = (tile % group) // gsize
+        rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # wrap instead of masking: rows ≥ M never stored
+        rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        k_start = split * K_PER_SPLIT
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = x_ptr + (rm.to(tl.int64)[:, None] * stride_xm + (k_start + rk).to(tl.int64)[None, :] * stride_xk)
+        b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn.to(tl.int64)[None, :] * stride_wn)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        k_len = tl.minimum(K - k_start, K_PER_SPLIT)
+        for k in range(0, k_len, BLOCK_K):
+            if EVEN_K:
+                a = tl.load(a_ptrs)
+                b = tl.load(b_ptrs)
+            else:
+                kmask = (k + rk) < k_len
+                a = tl.load(a_ptrs, mask=kmask[None, :], other=0)
+                b = tl.load(b_ptrs, mask=kmask[:, None], other=0)
+            acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+            a_ptrs += BLOCK_K * stride_xk
+            b_ptrs += BLOCK_K * stride_wk
+        om = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        on = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        omask = (om < M)[:, None] & (on < N)[None, :]
+        if SPLIT_K == 1:
+            ws = tl.load(ws_ptr + rn).to(tl.float32)
+            xs = tl.load(xs_ptr + rm).to(tl.float32)
+            o = acc.to(tl.float32) * ws[None, :] * xs[:, None]
+            if HAS_BIAS:
+                o = o + tl.load(bias_ptr + rn).to(tl.float32)[None, :]
+            tl.store(out_ptr + om.to(tl.int64)[:, None] * stride_om + on[None, :], o.to(out_ptr.dtype.element_ty),
+                     mask=omask)
+        else:
+            p = part_ptr + (split.to(tl.int64) * M + om.to(tl.int64)[:, None]) * N + on[None, :]
+            tl.store(p, acc, mask=omask)
+
+
+@triton.jit
+def _qmm_epilogue_kernel(part_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, M, N, stride_om,
+                         SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out = (Σ_split part[split]) · weight_scale · x_scale (+ bias), splits added in order (deterministic)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    n_tiles = tl.cdiv(M, BLOCK_M) * num_pid_n
+    for tile in range(pid, n_tiles, nprog):
+        om = (tile // num_pid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+        on = (tile % num_pid_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+        mm = om < M
+        mn = on < N
+        m2 = mm[:, None] & mn[None, :]
+        offs = om.to(tl.int64)[:, None] * N + on[None, :]
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        for s in range(SPLIT_K):
+            acc += tl.load(part_ptr + s * M * N + offs, mask=m2, other=0)
+        ws = tl.load(ws_ptr + on, mask=mn, other=0.0).to(tl.float32)
+        xs = tl.load(xs_ptr + om, mask=mm, other=0.0).to(tl.float32)
+        o = acc.to(tl.float32) * ws[None, :] * xs[:, None]
+        if HAS_BIAS:
+            o = o + tl.load(bias_ptr + on, mask=mn, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + om.to(tl.int64)[:, None] * stride_om + on[None, :], o.to(out_ptr.dtype.element_ty), mask=m2)
+
+
+def _bucket(M: int, cfg: dict) -> dict:
+    for b in cfg["buckets"]:
+        if M <= int(b["max_m"]):
+            return b
+    return cfg["buckets"][-1]
+
+
+def _choose_split(M: int, N: int, K: int, b: dict, cfg: dict, device: torch.device) -> tuple[int, int]:
+    """(SPLIT_K, K_PER_SPLIT); K_PER_SPLIT is a multiple of BLOCK_K."""
+    bk = int(b["BLOCK_K"])
+    tiles = triton.cdiv(M, int(b["BLOCK_M"])) * triton.cdiv(N, int(b["BLOCK_N"]))
+    sk = b.get("split_k", "auto")
+    if sk == "auto":
+        target = _split_target(cfg, device)
+        sk = max(1, target // max(tiles, 1))
+        sk = min(sk, int(cfg["max_split_k"]), max(1, K // int(cfg["min_k_per_split"])))
+    sk = max(1, int(sk))
+    k_per = triton.cdiv(triton.cdiv(K, sk), bk) * bk
+    sk = triton.cdiv(K, k_per) if K > 0 else 1
+    return sk, k_per
+
+
+def plan_quant_matmul(M: int, N: int, K: int, device: torch.device, config: dict | None = None, *,
+                      backend_key: str | None = None) -> dict:
+    """The launch plan the launcher would use (bucket + SPLIT_K + K_PER_SPLIT); ``config`` overrides the bucket."""
+    cfg = _all_configs()[backend_key or _backend_key(device)]["quant_matmul"]
+    b = dict(config) if config is not None else dict(_bucket(M, cfg))
+    sk, k_per = _choose_split(M, N, K, b, cfg, device)
+    b.update(SPLIT_K=sk, K_PER_SPLIT=k_per)
+    return b
+
+
+def supports_reason_quant_matmul(x_int8, weight_int8, weight_scale, x_scale, *, bias=None, out_dtype=torch.bfloat16) -> str | None:
+    """Why the Triton kernel cannot take these inputs (None = it can)."""
+    if x_int8.dtype != torch.int8 or weight_int8.dtype != torch.int8:
+        return "x_int8 and weight_int8 must be int8"
+    if x_int8.dim() != 2 or weight_int8.dim() != 2:
+        return "x_int8 must be [M, K] and weight_int8 [K, N]"
+    if out_dtype not in _OUT_DTYPES:
+        return f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}"
+    if x_int8.shape[1] > 133_000:
+        return "K > 133000 could overflow the int32 accumulator (127² · K ≥ 2³¹)"
+    return None
+
+
+def quant_matmul(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_scale: torch.Tensor, x_scale: torch.Tensor, *,
+                 bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """W8A8 GEMM with the dequant epilogue fused; mirrors ``torch_npu.npu_quant_matmul(..., pertoken_scale=)``.
+
+    x_int8: [M, K] int8 (any strides); weight_int8: logically [K, N] int8, any strides (fast: K-major on
+    CUDA, see ``reference.quant.pack_weight``); weight_scale: [N] fp32 per-channel scale; x_scale: [M] fp32
+    per-token scale; bias: [N] float or None (added in fp32); out_dtype: bf16 / fp16 / fp32.
+    Returns out [M, N] out_dtype = round(((Σ_k x·w as int32) · weight_scale) · x_scale + bias).
+    M = 0 (or N = 0) returns an empty tensor without a launch; K = 0 gives bias (or 0).
+    Launch config: the M bucket of configs/quant.json; split-K when the tiles alone would not fill the device.
+    """
+    return quant_matmul_config(x_int8, weight_int8, weight_scale, x_scale, bias=bias, out_dtype=out_dtype)
+
+
+def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_scale: torch.Tensor,
+                        x_scale: torch.Tensor, *, bias: torch.Tensor | None = None,
+                        out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
+                        backend_key: str | None = None) -> torch.Tensor:
+    """:func:`quant_matmul` with an explicit bucket ``config`` (BLOCK_M/N/K, GROUP_M, num_warps, num_stages,
+    split_k) and/or config table ``backend_key`` ("cuda" / "ascend") — for perf sweeps and for tests that
+    run the CUDA configs under the interpreter."""
+    M, K = x_int8.shape
+    N = weight_int8.shape[1]
+    out = torch.empty((M, N), dtype=out_dtype, device=x_int8.device)
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        out.copy_(bias.float().expand(M, N) if bias is not None else torch.zeros((M, N), device=out.device))
+        return out
+    dev = x_int8.device
+    key = backend_key or _backend_key(dev)
+    cfg = _all_configs()[key]["quant_matmul"]
+    plan = plan_quant_matmul(M, N, K, dev, config, backend_key=key)
+    sk, k_per = plan["SPLIT_K"], plan["K_PER_SPLIT"]
+    bm, bn, bk = int(plan["BLOCK_M"]), int(plan["BLOCK_N"]), int(plan["BLOCK_K"])
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    grid = _grid(tiles * sk, int(cfg.get("grid_cap", 0)))
+    has_bias = bias is not None
+    bias_arg = bias if has_bias else weight_scale
+    part = torch.empty((sk, M, N), dtype=torch.int32, device=dev) if sk > 1 else out
+    launch = dict(num_warps=int(plan["num_warps"]))
+    if dev.type == "cuda":
+        launch["num_stages"] = int(plan["num_stages"])
+    _qmm_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part,
+                         M, N, K, k_per,
+                         x_int8.stride(0), x_int8.stride(1), weight_int8.stride(0), weight_int8.stride(1), out.stride(0),
+                         SPLIT_K=sk, HAS_BIAS=has_bias, EVEN_K=(K % bk == 0),
+                         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), **launch)
+    if sk > 1:
+        e = cfg["epilogue"]
+        ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
+        etiles = triton.cdiv(M, ebm) * triton.cdiv(N, ebn)
+        _qmm_epilogue_kernel[(_grid(etiles, int(e.get("grid_cap", 0))),)](
+            part, weight_scale, x_scale, bias_arg, out, M, N, out.stride(0),
+            SPLIT_K=sk, HAS_BIAS=has_bias, BLOCK_M=ebm, BLOCK_N=ebn, num_warps=int(e["num_warps"]))
+    return out
+
+
+# ==============================================================================================
+# Ascend compile cases (one per kernel × config the launcher can pick)
+# ==============================================================================================
+def ascend_compile_cases() -> list[dict]:
+    """(kernel × Ascend launch config) cases for the triton-ascend 3.2 + bishengir compile check."""
+    cfgs = _all_configs()["ascend"]
+    cases: list[dict] = []
+    for op, fn in (("dynamic_quant", _dynamic_quant_kernel), ("rms_norm_dynamic_quant", _rms_norm_quant_kernel)):
+        c = cfgs[op]
+        mb = int(c["max_block_k"])
+        for single, block_k, block_m in ((True, mb, 1), (False, mb, 1), (True, 512, int(c["tile_elems"]) // 512)):
+            for smooth in (False, True):
+                for dt in ("*bf16", "*fp16"):
+                    if op == "dynamic_quant":
+                        sig = {"x_ptr": dt, "smooth_ptr": "*fp32", "q_ptr": "*i8", "scale_ptr": "*fp32", "M": "i32",
+                               "K": "i32", "stride_xm": "i32", "stride_xk": "i32", "stride_qm": "i32",
+                               "HAS_SMOOTH": "constexpr", "BLOCK_M": "constexpr", "BLOCK_K": "constexpr",
+                               "SINGLE": "constexpr"}
+                        ce = dict(HAS_SMOOTH=smooth, BLOCK_M=block_m, BLOCK_K=block_k, SINGLE=single)
+                    else:
+                        sig = {"x_ptr": dt, "res_ptr": dt, "gamma_ptr": dt, "smooth_ptr": "*fp32", "q_ptr": "*i8",
+                               "scale_ptr": "*fp32", "res_out_ptr": dt, "M": "i32", "K": "i32", "stride_xm": "i32",
+                               "stride_xk": "i32", "stride_rm": "i32", "stride_rk": "i32", "stride_qm": "i32",
+                               "stride_om": "i32", "eps": "fp32", "HAS_RES": "constexpr", "HAS_SMOOTH": "constexpr",
+                               "BLOCK_M": "constexpr", "BLOCK_K": "constexpr",
+                               "SINGLE": "constexpr"}
+                        ce = dict(HAS_RES=True, HAS_SMOOTH=smooth, BLOCK_M=block_m,
+                                  BLOCK_K=block_k, SINGLE=single)
+                    name = f"{op}_{'single' if single else 'chunked'}_bm{block_m}_bk{block_k}_{'smooth' if smooth else 'plain'}_{dt[1:]}"
+                    cases.append(dict(name=name, fn=fn, signature=sig, constexprs=ce))
+    q = cfgs["quant_matmul"]
+    for b in q["buckets"]:
+        for sk in sorted({1, int(q["max_split_k"])} if b.get("split_k", "auto") == "auto" else {int(b["split_k"])}):
+            for even in (True, False):
+                for out in ("*bf16", "*fp16"):
+                    sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
+                           "out_ptr": out, "part_ptr": "*i32" if sk > 1 else out, "M": "i32", "N": "i32", "K": "i32",
+                           "K_PER_SPLIT": "i32", "stride_xm": "i32", "stride_xk": "i32", "stride_wk": "i32",
+                           "stride_wn": "i32", "stride_om": "i32", "SPLIT_K": "constexpr", "HAS_BIAS": "constexpr",
+                           "EVEN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
+                           "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
+                    ce = dict(SPLIT_K=sk, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
+                              BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]))
+                    cases.append(dict(name=f"quant_matmul_m{b['max_m']}_sk{sk}_{'even' if even else 'tail'}_{out[1:]}",
+                                      fn=_qmm_kernel, signature=sig, constexprs=ce))
+    e = q["epilogue"]
+    for sk in (2, int(q["max_split_k"])):
+        for out in ("*bf16", "*fp16"):
+            sig = {"part_ptr": "*i32", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32", "out_ptr": out,
+                   "M": "i32", "N": "i32", "stride_om": "i32", "SPLIT_K": "constexpr", "HAS_BIAS": "constexpr",
+                   "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
+            cases.append(dict(name=f"quant_matmul_epilogue_sk{sk}_{out[1:]}", fn=_qmm_epilogue_kernel, signature=sig,
+                              constexprs=dict(SPLIT_K=sk, HAS_BIAS=True, BLOCK_M=int(e["BLOCK_M"]),
+                                              BLOCK_N=int(e["BLOCK_N"]))))
+    return cases
+
+
+__all__ = ["dynamic_quant", "rms_norm_dynamic_quant", "quant_matmul", "quant_matmul_config", "plan_quant_matmul",
+           "supports_reason_dynamic_quant", "supports_reason_rms_norm_dynamic_quant", "supports_reason_quant_matmul",
+           "ascend_compile_cases"]

@@ -1,0 +1,211 @@
+"""Report writers: long-format CSV and JSON, a markdown summary, a roofline PNG, and the terminal table."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from typing import Any, Sequence
+
+# column order of the CSV/JSON rows (docs/perf/README.md explains each)
+COLUMNS = [
+    "op", "backend", "shape", "shape_dict", "scaled", "dtype", "compute",
+    "us_p20", "us_p50", "us_p80", "timer",
+    "flops", "bytes", "tflops", "gbps", "intensity", "ridge", "bound",
+    "pct_peak", "pct_peak_compute", "pct_peak_bw", "pct_achievable",
+    "check", "check_detail", "dispatch_us_registered", "dispatch_us_eager",
+    "device", "device_key", "torch", "triton", "torch_npu", "git_sha", "timestamp", "repro", "note",
+]
+
+
+def _fmt(v: Any, nd: int = 1) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 10 ** (-nd)):
+            return f"{v:.2e}"
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def write_csv(rows: Sequence[dict], path: str) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (json.dumps(r[k]) if isinstance(r.get(k), (dict, list)) else r.get(k)) for k in COLUMNS})
+
+
+def write_json(rows: Sequence[dict], meta: dict, layer: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "rows": [{k: r.get(k) for k in COLUMNS} for r in rows], "layer": layer}, f,
+                  indent=1, default=str)
+
+
+SUMMARY_COLS = [("backend", "backend"), ("shape", "shape"), ("us_p50", "µs p50"), ("us_p20", "p20"),
+                ("us_p80", "p80"), ("tflops", "TFLOPS"), ("gbps", "GB/s"), ("pct_peak", "% peak"),
+                ("pct_achievable", "% achv"), ("intensity", "FLOP/B"), ("bound", "bound"), ("check", "check"),
+                ("dispatch_us_registered", "µs torch.ops"), ("dispatch_us_eager", "µs eager")]
+
+
+def _md_table(header: list[str], body: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+    return "\n".join(out)
+
+
+def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequence[str], path: str,
+                   png_name: str | None) -> None:
+    L: list[str] = [f"# ds-ops performance report — {meta['device']}", ""]
+    L += [f"* command: `{meta['command']}`", f"* when: {meta['timestamp']}; git {meta['git_sha']}; torch {meta['torch']}; "
+          f"triton {meta['triton']}" + (f"; torch_npu {meta['torch_npu']}" if meta.get("torch_npu") else ""),
+          f"* timer: {meta['timer_doc']}", ""]
+    L += ["## Ceilings", ""]
+    body = []
+    pk = meta.get("peaks") or {}
+    for kind, unit in (("bf16", "TFLOPS"), ("int8", "TOPS"), ("fp32", "TFLOPS"), ("hbm_tbs", "TB/s")):
+        p = pk.get(kind)
+        c = (meta.get("ceilings") or {}).get(kind) or {}
+        body.append([kind, unit, _fmt(p["value"]) + (" (derived)" if p.get("derived") else "") if p else "–",
+                     _fmt(c.get("value"), 2), (p or {}).get("source", "no datasheet peak for this device"),
+                     c.get("method", "") + (f" — failed: {c['error']}" if c.get("error") else "")])
+    L.append(_md_table(["", "unit", "peak", "measured", "peak source", "measured by"], body))
+    L += ["", "`% peak` = roofline time at the datasheet peaks (max(FLOPs/peak, bytes/bandwidth)) over the measured "
+          "time; `% achv` the same against the measured ceilings; `bound` compares the intensity with the ridge point.",
+          ""]
+    if png_name:
+        L += [f"![roofline]({png_name})", ""]
+    ops_order: list[str] = []
+    for r in rows:
+        if r["op"] not in ops_order:
+            ops_order.append(r["op"])
+    for op in ops_order:
+        L += [f"## {op}", ""]
+        body = [[_fmt(r.get(k)) if k not in ("us_p50", "us_p20", "us_p80") else _fmt(r.get(k), 2)
+                 for k, _ in SUMMARY_COLS] for r in rows if r["op"] == op]
+        L.append(_md_table([h for _, h in SUMMARY_COLS], body))
+        fails = [r for r in rows if r["op"] == op and r.get("check") not in ("PASS", "baseline")]
+        for r in fails:
+            L.append(f"* {r['backend']} {r['shape']}: {r['check']} — {r.get('check_detail') or r.get('note') or ''}")
+        L.append("")
+    L += ["## Layer view", ""]
+    if not layer.get("available"):
+        L.append(f"layer view: unavailable ({layer.get('reason')})")
+    else:
+        L.append(f"DeepSeek-V3 decoder layer, {_fmt(layer.get('total_us'), 1)} µs per call (events); per-op times are "
+                 f"{layer.get('time_basis')}, shares of {_fmt(layer.get('profiled_us'), 1)} µs profiled.")
+        L.append("")
+        L.append(_md_table(["op", "calls", "FLOPs", "µs", "% of layer", "TFLOPS", "% peak", "% achv"],
+                           [[o["op"], str(o["calls"]), _fmt(float(o["flops"])), _fmt(o["time_us"]),
+                             _fmt(o["share_pct"]), _fmt(o["tflops"], 2), _fmt(o["pct_peak"]),
+                             _fmt(o["pct_achievable"])] for o in layer.get("ops", [])]))
+    L.append("")
+    if notes:
+        L += ["## Notes", ""] + [f"* {n}" for n in notes] + [""]
+    L += ["## Reproduce a row", "", "Each row's `repro` column in results.csv holds its command, e.g.:", ""]
+    L += [f"    {r['repro']}" for r in rows[:3]]
+    L.append("")
+    with open(path, "w") as f:
+        f.write("\n".join(L))
+
+
+def plot_roofline(rows: Sequence[dict], meta: dict, path: str) -> str | None:
+    """Roofline PNG (matplotlib, Agg): each row with FLOPs > 0 at (intensity, achieved TFLOPS); datasheet roofs solid,
+    measured ceilings dashed. Returns None (and writes nothing) when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # noqa: BLE001
+        return "matplotlib is not importable: no roofline plot"
+    pts = [r for r in rows if r.get("tflops") and r.get("intensity") and r["tflops"] > 0 and r["intensity"] > 0]
+    fig, ax = plt.subplots(figsize=(10, 7), dpi=110)
+    xs = [r["intensity"] for r in pts] or [1.0]
+    peaks = meta.get("peaks") or {}
+    ceil = meta.get("ceilings") or {}
+    bw_p = (peaks.get("hbm_tbs") or {}).get("value")
+    bw_m = (ceil.get("hbm_tbs") or {}).get("value")
+    ridges = []
+    for kind in ("bf16", "int8", "fp32"):
+        for src, bw in ((peaks, bw_p), (ceil, bw_m)):
+            v = (src.get(kind) or {}).get("value")
+            if v and bw:
+                ridges.append(v / bw)
+    lo = min(xs + ridges) / 4
+    hi = max(xs + ridges) * 4
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    colors = {"bf16": "tab:blue", "int8": "tab:red", "fp32": "tab:green"}
+    for kind in ("bf16", "int8", "fp32"):
+        for src, bw, style, label in ((peaks, bw_p, "-", "peak"), (ceil, bw_m, "--", "measured")):
+            v = (src.get(kind) or {}).get("value")
+            if not v or not bw:
+                continue
+            ax.plot(grid, [min(v, x * bw) for x in grid], style, color=colors[kind], lw=1.5,
+                    label=f"{kind} {label} roof ({v:.3g} T/s, {bw:.3g} TB/s)")
+    markers = {"reference": "o", "triton": "^", "ascendc": "s"}
+    ops = sorted({r["op"] for r in pts})
+    cmap = plt.get_cmap("tab10")
+    for i, op in enumerate(ops):
+        for r in [p for p in pts if p["op"] == op]:
+            ax.scatter(r["intensity"], r["tflops"], marker=markers.get(r["backend"], "D"), color=cmap(i % 10),
+                       edgecolors="k" if r.get("check") in ("PASS", "baseline") else "red", linewidths=0.6, s=36,
+                       zorder=3)
+        ax.scatter([], [], marker="o", color=cmap(i % 10), label=op)
+    for b, m in markers.items():
+        if any(p["backend"] == b for p in pts):
+            ax.scatter([], [], marker=m, color="grey", label=f"backend {b}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("achieved TFLOPS (TOPS for int8)")
+    ax.set_title(f"ds-ops roofline — {meta['device']}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return None
+
+
+def print_table(rows: Sequence[dict], layer: dict, notes: Sequence[str]) -> None:
+    """The closing table on the terminal (rich if importable, else plain text)."""
+    cols = [("op", "op")] + SUMMARY_COLS
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except Exception:  # noqa: BLE001
+        print("\t".join(h for _, h in cols))
+        for r in rows:
+            print("\t".join(_fmt(r.get(k)) for k, _ in cols))
+        print("layer view:", "available" if layer.get("available") else f"unavailable ({layer.get('reason')})")
+        for n in notes:
+            print("note:", n)
+        return
+    width = max(160, int(os.environ.get("COLUMNS", "0") or 0))
+    con = Console(width=width)
+    t = Table(title="ds-ops perf", show_lines=False)
+    for _, h in cols:
+        t.add_column(h, overflow="fold")
+    for r in rows:
+        cells = [_fmt(r.get(k), 2 if k.startswith("us_") else 1) for k, _ in cols]
+        chk = r.get("check")
+        if chk == "PASS":
+            cells[cols.index(("check", "check"))] = "[green]PASS[/]"
+        elif chk not in ("baseline", None):
+            cells[cols.index(("check", "check"))] = f"[red]{chk}[/]"
+        t.add_row(*cells)
+    con.print(t)
+    if layer.get("available"):
+        lt = Table(title=f"layer view ({_fmt(layer.get('total_us'))} µs per layer)")
+        for h in ("op", "calls", "µs", "% of layer", "TFLOPS", "% peak"):
+            lt.add_column(h)
+        for o in layer["ops"]:
+            lt.add_row(o["op"], str(o["calls"]), _fmt(o["time_us"]), _fmt(o["share_pct"]), _fmt(o["tflops"], 2),
+                       _fmt(o["pct_peak"]))
+        con.print(lt)
+    else:
+        con.print(f"layer view: unavailable ({layer.get('reason')})")
+    for n in notes:
+        con.print(f"note: {n}")

@@ -1,0 +1,29 @@
+"""Deliberately oversized tiles: the Ascend compile check must FAIL them with bishengir's overflow message.
+
+* ``add_ub_overflow``: three live fp32 tiles of 65536 elements = 768 KiB > 192 KiB unified buffer.
+* ``matmul_cc_overflow``: a 256x256 fp32 accumulator = 256 KiB > 128 KiB L0C.
+Test fixture for tests/test_ascend_check.py.
+"""
+import triton
+import triton.language as tl
+
+from .small_kernels import matmul_kernel  # noqa: F401  (reused; defined and covered in small_kernels)
+
+
+@triton.jit
+def big_add_kernel(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+def ascend_compile_cases():
+    return [
+        dict(name="add_ub_overflow", fn=big_add_kernel,
+             signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "o_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+             constexprs={"BLOCK": 65536}),
+        dict(name="matmul_cc_overflow", fn=matmul_kernel,
+             signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+                        "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"},
+             constexprs={"BM": 256, "BN": 256, "BK": 64}),
+    ]

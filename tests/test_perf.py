@@ -1,0 +1,359 @@
+"""Tests of the performance report (perf/): FLOP/byte formulas against FlopCounterMode, the CLI end to end on CPU,
+the peak table's sources, the checker. Speed is never asserted."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import ops
+from ops._library import SPECS, DsOp, Kernel, OpSpec
+from perf import check as C
+from perf import peaks as P
+from perf import specs as S
+from perf.__main__ import main, roofline_metrics
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ----------------------------------------------------------------------------------------------
+# a small fake op: y = bf16(x @ w · scale), s = Σ_n y (fp32), and row `index[m]` of `cache` ← y[m]
+# ----------------------------------------------------------------------------------------------
+def _fake_ref(x: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, *, index: torch.Tensor,
+              scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    y = (x.float() @ w.float() * scale).to(x.dtype)
+    cache[index] = y
+    return y, y.float().sum(-1)
+
+
+def _fake_flops(x, w, cache=None, index=None, scale=1.0, **_):
+    return 2 * x.shape[0] * x.shape[1] * w.shape[1]
+
+
+def _fake_bytes(x, w, cache=None, index=None, scale=1.0, **_):
+    M, K = x.shape
+    N = w.shape[1]
+    e = x.element_size()
+    return (M * K + K * N + 2 * M * N) * e + M * 4 + index.numel() * index.element_size()
+
+
+def _fake_make_inputs(shape, *, dtype, device, generator):
+    M, K, N = shape["M"], shape["K"], shape["N"]
+    x = torch.randn(M, K, generator=generator).to(device=device, dtype=dtype)
+    w = (torch.randn(K, N, generator=generator) / K ** 0.5).to(device=device, dtype=dtype)
+    cache = torch.full((2 * M + 3, N), float("nan"), dtype=dtype, device=device)
+    index = torch.randperm(2 * M + 3, generator=generator)[:M].to(device)
+    return dict(x=x, w=w, cache=cache, index=index, scale=0.5)
+
+
+def _fake_fake(x, w, cache, *, index, scale=1.0):
+    return x.new_empty(x.shape[0], w.shape[1]), x.new_empty(x.shape[0], dtype=torch.float32)
+
+
+def _good_kernel(x, w, cache, *, index, scale=1.0):
+    y = (x @ w * scale)  # computed in the input dtype: different rounding, same function
+    cache[index] = y
+    return y, y.float().sum(-1)
+
+
+def _bad_kernel(x, w, cache, *, index, scale=1.0):
+    y = (x.float() @ w.float() * scale * 1.01).to(x.dtype)
+    cache[index] = y
+    return y, y.float().sum(-1)
+
+
+_FAKE: dict[str, S.OpEntry] = {}
+
+
+def fake_entry(name: str = "perf_test_mm", kernel=_good_kernel) -> S.OpEntry:
+    """Register a fake ds op once per process; it is kept out of ops.SPECS so other tests never see it."""
+    if name not in _FAKE:
+        spec = OpSpec(name=name, flops=_fake_flops, bytes=_fake_bytes, make_inputs=_fake_make_inputs,
+                      shapes={"decode_b4": dict(M=4, K=64, N=48), "prefill_4k": dict(M=4096, K=64, N=48),
+                              "decode_b1": dict(M=1, K=64, N=48)},
+                      compute="bf16", tolerance="bf16")
+        op = DsOp(name, _fake_ref, fake=_fake_fake, mutates_args=("cache",), spec=spec,
+                  kernels=[Kernel("triton", "tests.test_perf", "_unused", ("cpu",), _fn=kernel)],
+                  flop_formula=lambda *a, out_val=None, **kw: _fake_flops(*a, **kw))
+        SPECS.pop(name, None)
+        _FAKE[name] = S.OpEntry(spec, op, sys.modules[__name__])
+    return _FAKE[name]
+
+
+def real_entries() -> list[S.OpEntry]:
+    return S.collect_ops()
+
+
+def _all_entries():
+    return [pytest.param(e, id=e.name) for e in real_entries()] + [pytest.param(fake_entry(), id="fake")]
+
+
+# ----------------------------------------------------------------------------------------------
+# FLOP / byte formulas
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("entry", _all_entries())
+def test_flops_match_flop_counter_and_bytes_are_bounded(entry):
+    """SPEC.flops equals what FlopCounterMode counts for torch.ops.ds.<op> (the registered formula) on a tiny input;
+    SPEC.bytes lies between the outputs' size (each written once) and inputs + outputs + mutated args."""
+    name, shape = next(iter(entry.spec.shapes.items()))
+    small = S.cpu_shape(entry, shape)
+    inputs = entry.spec.make_inputs(small, dtype=torch.bfloat16, device=torch.device("cpu"),
+                                    generator=torch.Generator().manual_seed(0))
+    want = int(entry.spec.flops(**inputs))
+    nbytes = int(entry.spec.bytes(**inputs))
+    with ops.backend("reference"), FlopCounterMode(display=False) as fc:
+        out = entry.registered(**inputs)
+    counts = {str(k): int(v) for k, v in fc.get_flop_counts().get("Global", {}).items()}
+    got = counts.get(f"ds.{entry.name}", 0)
+    assert got == want, f"{entry.name} {name} {small}: FlopCounterMode counted {counts}, SPEC.flops = {want}"
+    # other ops counted inside would mean the formula is not the one that counts (decomposition leaked)
+    assert sum(counts.values()) == want, counts
+    outs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
+    out_bytes = sum(t.numel() * t.element_size() for t in outs)
+    ins = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
+    mut = set(S.mutated_args(entry))
+    upper = sum(t.numel() * t.element_size() for t in ins) + out_bytes + \
+        sum(inputs[k].numel() * inputs[k].element_size() for k in mut)
+    assert out_bytes <= nbytes <= upper, f"{entry.name}: bytes {nbytes} not in [{out_bytes}, {upper}]"
+
+
+def test_fake_flops_counter_sees_the_op_not_its_aten_ops():
+    e = fake_entry()
+    inputs = _fake_make_inputs(dict(M=3, K=16, N=8), dtype=torch.bfloat16, device="cpu",
+                               generator=torch.Generator().manual_seed(1))
+    with FlopCounterMode(display=False) as fc:
+        e.registered(**inputs)
+    assert {str(k) for k in fc.get_flop_counts()["Global"]} == {"ds.perf_test_mm"}
+    assert fc.get_total_flops() == 2 * 3 * 16 * 8
+
+
+# ----------------------------------------------------------------------------------------------
+# peaks
+# ----------------------------------------------------------------------------------------------
+def test_every_peak_has_a_source():
+    want = {"h100_sxm", "h200_sxm", "h800_sxm", "a100_sxm_80gb", "ascend_910b3", "ascend_910b2", "ascend_910c"}
+    assert want <= set(P.PEAKS)
+    for key, d in P.PEAKS.items():
+        assert d.key == key
+        for field in ("bf16", "int8", "fp32", "hbm_tbs"):
+            p = getattr(d, field)
+            if p is None:
+                continue
+            assert p.value > 0, (key, field)
+            assert len(p.source) > 20, (key, field, p.source)
+            if p.derived:
+                assert "derived" in p.source or "unverified" in p.source, (key, field)
+            else:
+                assert "http" in p.source or "datasheet" in p.source.lower() or "brief" in p.source.lower(), (key, field)
+    assert P.PEAKS["h200_sxm"].bf16.value == pytest.approx(989.4)
+    assert P.PEAKS["h200_sxm"].hbm_tbs.value == 4.8
+    assert P.PEAKS["ascend_910c"].bf16.value == pytest.approx(707.8)
+    assert 614 / P.PEAKS["ascend_910c"].bf16.value == pytest.approx(0.868, abs=0.002)  # AMLA: 614 TFLOPS = 86.8%
+    assert P.PEAKS["h200_sxm"].ridge("bf16") == pytest.approx(206, abs=1)  # H200.md: ~206 FLOP/byte
+
+
+@pytest.mark.parametrize("name,key", [
+    ("NVIDIA H200", "h200_sxm"), ("NVIDIA H100 80GB HBM3", "h100_sxm"), ("NVIDIA H800", "h800_sxm"),
+    ("NVIDIA A100-SXM4-80GB", "a100_sxm_80gb"), ("Ascend910B3", "ascend_910b3"), ("Ascend910B2", "ascend_910b2"),
+    ("Ascend910_9382", "ascend_910c"), ("NVIDIA H100 PCIe", None), ("NVIDIA H200 NVL", None),
+    ("NVIDIA A100-PCIE-40GB", None), ("cpu: AMD EPYC", None)])
+def test_device_lookup(name, key):
+    d = P.lookup_peaks(name)
+    assert (d.key if d else None) == key
+
+
+def test_measured_ceilings_on_cpu():
+    c = P.measure_ceilings("cpu")
+    assert c["bf16"].value and c["bf16"].value > 0
+    assert c["hbm_tbs"].value and c["hbm_tbs"].value > 0
+    assert c["bf16"].method and c["hbm_tbs"].method
+
+
+# ----------------------------------------------------------------------------------------------
+# metrics and checker
+# ----------------------------------------------------------------------------------------------
+def test_roofline_metrics_on_h200():
+    pk = P.PEAKS["h200_sxm"]
+    # memory-bound: 1 GB moved, 1 GFLOP, in 250 µs -> 4 TB/s = 83.3% of 4.8
+    m = roofline_metrics(10 ** 9, 10 ** 9, 250.0, "bf16", pk, {})
+    assert m["bound"] == "memory" and m["intensity"] == 1.0
+    assert m["gbps"] == pytest.approx(4000)
+    assert m["pct_peak"] == pytest.approx(100 * 4.0 / 4.8)
+    assert m["pct_achievable"] is None
+    # compute-bound: 989.4 GFLOP in 2 ms -> 50% of peak
+    m = roofline_metrics(int(989.4e9), 10 ** 6, 2000.0, "bf16", pk, {"bf16": P.Ceiling(494.7, "x"),
+                                                                     "hbm_tbs": P.Ceiling(4.3, "y")})
+    assert m["bound"] == "compute"
+    assert m["pct_peak"] == pytest.approx(50)
+    assert m["pct_achievable"] == pytest.approx(100)
+
+
+def test_tolerances_mirror_tests_table():
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    try:
+        import tolerances
+    finally:
+        sys.path.pop(0)
+    assert C.TOLERANCES == tolerances.TOLERANCES
+
+
+def test_checker_verdicts():
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(64, 64, generator=g)
+    assert C.compare(ref.bfloat16(), ref, "bf16").ok
+    assert not C.compare((ref * 1.05).bfloat16(), ref, "bf16").ok
+    bad = ref.clone()
+    bad[3, 3] = float("nan")
+    assert not C.compare(bad, ref, "fp32").ok                     # NaN never passes
+    lse = torch.tensor([1.0, float("-inf")])
+    assert C.compare(lse.clone(), lse, "lse").ok                  # -inf where the reference has -inf
+    assert not C.compare(torch.tensor([1.0, 0.0]), lse, "lse").ok
+    assert not C.compare(torch.tensor([1, 2], dtype=torch.int8), torch.tensor([1, 3], dtype=torch.int8), "int8").ok
+    assert not C.check_outputs((ref, ref), (ref,), "fp32").ok     # output count differs
+    # mutated args are compared where either run wrote: a write to the wrong slot fails
+    orig = torch.full((4, 2), float("nan"))
+    exp, got = orig.clone(), orig.clone()
+    exp[1] = 1.0
+    got[2] = 1.0
+    g_sel, e_sel = C.changed_region(got, exp, orig)
+    assert not C.compare(g_sel, e_sel, "fp32").ok
+
+
+# ----------------------------------------------------------------------------------------------
+# shapes
+# ----------------------------------------------------------------------------------------------
+def test_shape_selection_and_cpu_scaling():
+    e = fake_entry()
+    assert [n for n, _ in S.select_shapes(e.spec, ["decode"])] == ["decode_b4", "decode_b1"]
+    assert [n for n, _ in S.select_shapes(e.spec, ["prefill_*"])] == ["prefill_4k"]
+    assert [n for n, _ in S.select_shapes(e.spec, ["decode_b1"])] == ["decode_b1"]
+    # GEMM dims: M capped like a batch, K/N kept when small
+    assert S.cpu_shape(e, dict(M=4096, K=64, N=48)) == dict(M=4, K=64, N=48)
+    cases = S.plan_shapes(e, None, device_type="cpu", quick=False)
+    assert len({repr(c.shape) for c in cases}) == len(cases)       # de-duplicated (4096 and 4 both -> 4)
+    assert any(c.scaled for c in S.plan_shapes(e, ["prefill_4k"], device_type="cpu", quick=False))
+    # the generic reducer keeps DeepSeek's fixed head dims and top-k, caps batch / sequence / heads
+    s = S.generic_cpu_shape(dict(B=256, S_q=2, N=128, L=16384, D=512, Dr=64, block_size=64, k=8, E=256))
+    assert s == dict(B=4, S_q=2, N=16, L=256, D=512, Dr=64, block_size=64, k=8, E=256)
+    s = S.generic_cpu_shape(dict(M=512, K=7168, N=18432))
+    assert s == dict(M=4, K=2048, N=2048)
+    assert S.generic_cpu_shape(dict(B=8, seq_lens=[4096, 1, 70000])) == dict(B=4, seq_lens=[256, 1, 256])
+
+
+def test_real_specs_have_shapes_and_cpu_scaled_shapes_build():
+    """Every registered op's first shape scales to something make_inputs accepts on CPU."""
+    for e in real_entries():
+        assert e.spec.shapes, e.name
+        name, shape = next(iter(e.spec.shapes.items()))
+        small = S.cpu_shape(e, shape)
+        flops, nbytes = S.input_cost(e, small, dtype=torch.bfloat16)
+        assert nbytes > 0, (e.name, name)
+        assert flops <= S.CPU_BUDGET["flops"] * 4 and nbytes <= S.CPU_BUDGET["bytes"] * 4, (e.name, small)
+
+
+# ----------------------------------------------------------------------------------------------
+# the CLI end to end
+# ----------------------------------------------------------------------------------------------
+def _read(out):
+    with open(os.path.join(out, "results.csv")) as f:
+        rows = list(csv.DictReader(f))
+    with open(os.path.join(out, "results.json")) as f:
+        js = json.load(f)
+    with open(os.path.join(out, "summary.md")) as f:
+        md = f.read()
+    return rows, js, md
+
+
+def test_cli_end_to_end_cpu(tmp_path):
+    e = fake_entry()
+    out = str(tmp_path / "perf")
+    rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b4", "--backends", "reference,triton",
+               "--out", out, "--quick"], extra_ops=[e])
+    assert rc == 0
+    rows, js, md = _read(out)
+    assert [(r["op"], r["backend"], r["shape"]) for r in rows] == [(e.name, "reference", "decode_b4"),
+                                                                    (e.name, "triton", "decode_b4")]
+    from perf.report import COLUMNS
+    assert list(rows[0]) == COLUMNS
+    ref, tri = rows
+    assert ref["check"] == "baseline" and tri["check"] == "PASS", tri["check_detail"]
+    for r in rows:
+        assert float(r["us_p50"]) > 0 and float(r["us_p20"]) <= float(r["us_p50"]) <= float(r["us_p80"])
+        assert int(r["flops"]) == 2 * 4 * 64 * 48
+        assert float(r["tflops"]) > 0 and float(r["gbps"]) > 0 and float(r["intensity"]) > 0
+        assert r["bound"] in ("compute", "memory")
+        assert r["pct_peak"] == ""            # no datasheet peak for a CPU
+        assert float(r["pct_achievable"]) > 0
+        assert float(r["dispatch_us_registered"]) > 0 and float(r["dispatch_us_eager"]) > 0
+        assert r["repro"] == f"python -m perf --device cpu --ops {e.name} --shapes decode_b4 --backends {r['backend']}"
+        assert r["torch"] == torch.__version__ and r["git_sha"]
+    assert js["meta"]["device_type"] == "cpu" and len(js["rows"]) == 2
+    assert js["meta"]["ceilings"]["bf16"]["value"] > 0
+    assert "layer view" in md.lower() and "## perf_test_mm" in md
+    png = [f for f in os.listdir(out) if f.startswith("roofline_") and f.endswith(".png")]
+    assert len(png) == 1 and os.path.getsize(os.path.join(out, png[0])) > 1000
+
+
+def test_cli_marks_a_wrong_backend_fail(tmp_path):
+    e = fake_entry("perf_test_bad", kernel=_bad_kernel)
+    out = str(tmp_path / "bad")
+    rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b1", "--backends", "triton", "--out", out,
+               "--quick", "--no-layer", "--no-dispatch"], extra_ops=[e])
+    rows, _, md = _read(out)
+    assert rc == 1
+    assert [r["check"] for r in rows] == ["FAIL"]
+    assert "FAIL" in md
+
+
+def test_cli_skips_unavailable_backend_with_reason(tmp_path):
+    e = fake_entry()
+    out = str(tmp_path / "skip")
+    rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b1", "--backends", "reference,ascendc",
+               "--out", out, "--quick", "--no-layer", "--no-dispatch"], extra_ops=[e])
+    rows, _, _ = _read(out)
+    assert rc == 0
+    assert [(r["backend"], r["check"]) for r in rows] == [("reference", "baseline"), ("ascendc", "SKIP")]
+    assert "ascendc" in rows[1]["check_detail"]
+
+
+def test_layer_view_with_a_fake_layer(monkeypatch):
+    """The layer view attributes FLOPs and time to each ds op even when the layer calls the eager fast path."""
+    from perf.layer import layer_view
+    e = fake_entry()
+    inputs = _fake_make_inputs(dict(M=8, K=64, N=32), dtype=torch.bfloat16, device="cpu",
+                               generator=torch.Generator().manual_seed(2))
+
+    def forward(x):
+        y, _ = e.op(x, inputs["w"], inputs["cache"], index=inputs["index"])   # eager fast path
+        return torch.relu(y) + x[:, :32]
+
+    fake_mod = types.ModuleType("ops.deepseek_layer")
+    fake_mod.perf_layer = lambda device, dtype: (forward, (inputs["x"],))
+    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
+    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+    lv = layer_view("cpu", specs={e.name: e.spec})
+    assert lv["available"], lv["reason"]
+    row = {o["op"]: o for o in lv["ops"]}[e.name]
+    assert row["calls"] == 1 and row["flops"] == 2 * 8 * 64 * 32
+    assert row["time_us"] > 0 and 0 < row["share_pct"] <= 100
+
+
+def test_layer_view_unavailable_reason(monkeypatch):
+    from perf.layer import layer_view
+    fake_mod = types.ModuleType("ops.deepseek_layer")
+    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
+    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+    lv = layer_view("cpu")
+    assert not lv["available"] and "exposes none of" in lv["reason"]
+
+
+def test_cli_help_subprocess():
+    r = subprocess.run([sys.executable, "-m", "perf", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--backends" in r.stdout

@@ -1,0 +1,369 @@
+"""Triton kernels of ds::dynamic_quant, ds::rms_norm_dynamic_quant, ds::quant_matmul vs the reference.
+
+Runs under TRITON_INTERPRET=1 on the CPU (conftest) with small shapes, through ``ops.backend("triton")``
+so the registered dispatch path is exercised. Both config tables are run: "ascend" (what the CPU
+interpreter picks: grid capped, loop inside, split-K) and "cuda" (forced, to exercise the GPU tiles).
+Every output buffer the kernels allocate is poisoned (NaN / INT_MIN) so an unwritten element fails.
+
+Interpreter limits (so these tests use fp16/fp32 where exactness matters): it computes bf16 tl.dot
+wrongly and rounds fp32 → bf16 toward zero (the GPU rounds to nearest even), so bf16 outputs are
+checked with the bf16 tolerance here and exactly on the H200 (tests/gpu/check_quant_gating.py).
+Field cases Q1–Q6 (shared/cases.md) are named in the test names.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import example, given, settings, strategies as st
+
+import ops
+from reference import quant as R
+from tests.conftest import requires_triton
+from tests.tolerances import assert_close
+
+pytestmark = [requires_triton, pytest.mark.interpreter]
+
+T = pytest.importorskip("ops.triton.quant")
+
+
+# ----------------------------------------------------------------------------------------------
+# fixtures
+# ----------------------------------------------------------------------------------------------
+_EMPTY = torch.empty
+
+
+def _poisoned_empty(*args, **kwargs):
+    t = _EMPTY(*args, **kwargs)
+    if t.is_floating_point():
+        t.fill_(float("nan"))
+    elif t.dtype != torch.bool:
+        t.fill_(torch.iinfo(t.dtype).min)  # int8: −128, never a valid output (Q5)
+    return t
+
+
+@pytest.fixture(autouse=True)
+def _poison_and_triton(monkeypatch):
+    """Kernel outputs start as NaN / INT_MIN; ops run on the triton backend."""
+    monkeypatch.setattr(torch, "empty", _poisoned_empty)
+    with ops.backend("triton"):
+        yield
+
+
+@pytest.fixture(params=["ascend", "cuda"])
+def table(request, monkeypatch):
+    """Which config table the launcher uses (the CPU normally picks "ascend")."""
+    monkeypatch.setattr(T, "_backend_key", lambda device: request.param)
+    return request.param
+
+
+def _dq(x, s=None):
+    return ops.quant.dynamic_quant(x, smooth_scales=s)
+
+
+def _assert_int8_exact(q, rq, name="x_int8"):
+    assert q.dtype == torch.int8 and q.shape == rq.shape
+    assert not (q == -128).any(), f"{name}: −128 (poison or out of range) in output"
+    assert_close(q, rq, "int8", name=name)
+
+
+# ----------------------------------------------------------------------------------------------
+# dynamic_quant
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("K", [1, 7, 64, 300, 1368, 5000, 9000])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("smooth", [False, True])
+def test_dynamic_quant_exact(K, dtype, smooth, table, gen):
+    x = (3 * torch.randn(5, K, generator=gen)).to(dtype)
+    s = (0.5 + torch.rand(K, generator=gen)) if smooth else None
+    q, sc = _dq(x, s)
+    rq, rs = R.dynamic_quant(x, smooth_scales=s)
+    _assert_int8_exact(q, rq)
+    assert torch.equal(sc, rs), "scale must be bit-identical (one IEEE division)"
+
+
+def test_dynamic_quant_bf16_and_leading_axes_and_noncontiguous(gen):
+    base = torch.randn(3, 4, 200, generator=gen).to(torch.bfloat16)
+    x = base[:, :, 10:150]                             # non-contiguous column slice
+    s = (0.5 + torch.rand(140, generator=gen)).to(torch.bfloat16)
+    q, sc = _dq(x, s)
+    rq, rs = R.dynamic_quant(x, smooth_scales=s)
+    assert q.shape == (3, 4, 140) and sc.shape == (3, 4)
+    _assert_int8_exact(q, rq)
+    assert torch.equal(sc, rs)
+
+
+def test_Q3_all_zero_row_gives_zero_q_and_zero_scale(table, gen):
+    x = torch.randn(4, 100, generator=gen).to(torch.float16)
+    x[1] = 0
+    x[3, :] = 0
+    q, sc = _dq(x)
+    assert (q[1] == 0).all() and (q[3] == 0).all()
+    assert sc[1] == 0 and sc[3] == 0 and torch.isfinite(sc).all()
+    _assert_int8_exact(q, R.dynamic_quant(x)[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_Q4_exact_ties_round_half_to_even(dtype, table):
+    s = 2.0 ** -4                                      # scale = (127·s)/127 = s exactly
+    vals = [0.5, 1.5, -2.5, 2.5, -0.5, 3.5, -126.5, 126.5, 127.0]
+    x = torch.tensor([vals], dtype=torch.float32).mul(s).to(dtype)
+    q, sc = _dq(x)
+    assert sc.item() == s
+    assert q[0].tolist() == [0, 2, -2, 2, 0, 4, -126, 126, 127]
+
+
+def test_Q4_ties_with_smooth_scales(table):
+    s = 2.0 ** -3
+    x = torch.tensor([[0.25, 0.75, -1.25, 63.5]]) * s          # × smooth 2 → 0.5, 1.5, −2.5, 127 (·s)
+    q, sc = _dq(x, torch.full((4,), 2.0))
+    assert sc.item() == s and q[0].tolist() == [0, 2, -2, 127]
+
+
+def test_Q5_negative_absmax_gives_minus_127(table, gen):
+    x = torch.rand(3, 77, generator=gen)
+    x[:, 5] = -4.0
+    q, sc = _dq(x)
+    assert (q[:, 5] == -127).all() and q.min() >= -127
+    _assert_int8_exact(q, R.dynamic_quant(x)[0])
+
+
+def test_Q6_zero_tokens_give_empty_outputs():
+    q, sc = _dq(torch.empty(0, 64, dtype=torch.float16))
+    assert q.shape == (0, 64) and q.dtype == torch.int8 and sc.shape == (0,)
+    q, sc = _dq(torch.randn(2, 0, 64).half())
+    assert q.shape == (2, 0, 64) and sc.shape == (2, 0)
+
+
+def test_nan_and_inf_rows_zero_that_row_only(table, gen):
+    x = torch.randn(4, 130, generator=gen)
+    x[1, 3] = float("nan")
+    x[2, 7] = float("inf")
+    q, sc = _dq(x)
+    rq, rs = R.dynamic_quant(x)
+    assert torch.isnan(sc[1]) and sc[2] == float("inf")
+    assert (q[1] == 0).all() and (q[2] == 0).all()
+    _assert_int8_exact(q, rq)
+    assert torch.equal(sc[[0, 3]], rs[[0, 3]])
+
+
+# ----------------------------------------------------------------------------------------------
+# rms_norm_dynamic_quant
+# ----------------------------------------------------------------------------------------------
+def _check_rms(x, gamma, eps, residual, smooth):
+    """int8 exact except at near-ties (the Σx² reduction order differs from torch's, moving the fp32
+    rms by an ulp): every differing element must be ±1 LSB and within 1e-3 of a .5 tie in the
+    reference's y/scale. scale: fp32 tolerance; residual_out: exact."""
+    q, sc, ro = ops.quant.rms_norm_dynamic_quant(x, gamma, epsilon=eps, residual=residual, smooth_scales=smooth)
+    rq, rs, rro = R.rms_norm_dynamic_quant(x, gamma, epsilon=eps, residual=residual, smooth_scales=smooth)
+    assert not (q == -128).any()
+    assert_close(sc, rs, "fp32", name="scale")
+    if x.dtype != torch.bfloat16:               # the interpreter truncates fp32 → bf16
+        assert torch.equal(ro, rro), "residual_out must equal round(x + residual)"
+    else:
+        assert_close(ro, rro, "bf16", name="residual_out")
+    diff = (q.long() - rq.long()).abs()
+    assert int(diff.max()) <= 1 if diff.numel() else True
+    bad = diff > 0
+    if bad.any():
+        s = x.float() + (residual.float() if residual is not None else 0)
+        y = R.rms_norm(s, gamma, eps) * (smooth.float() if smooth is not None else 1)
+        t = (y.double() / rs.double()[..., None])[bad]
+        assert ((t.abs() - t.abs().floor() - 0.5).abs() < 1e-3).all(), "an int8 difference away from a tie"
+        assert bad.float().mean() < 1e-3
+    return q, sc, ro
+
+
+@pytest.mark.parametrize("H", [64, 1536, 5000])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("smooth", [False, True])
+def test_rms_norm_dynamic_quant_vs_reference(H, residual, smooth, table, gen):
+    x = torch.randn(6, H, generator=gen).to(torch.float16)
+    r = torch.randn(6, H, generator=gen).to(torch.float16) if residual else None
+    g = (0.5 + torch.rand(H, generator=gen)).to(torch.float16)
+    s = (0.5 + torch.rand(H, generator=gen)) if smooth else None
+    _check_rms(x, g, 1e-6, r, s)
+
+
+def test_rms_norm_dynamic_quant_fp32_bf16_and_3d(gen):
+    x = torch.randn(2, 3, 96, generator=gen)
+    _check_rms(x, torch.rand(96, generator=gen) + 0.5, 1e-5, torch.randn(2, 3, 96, generator=gen), None)
+    xb = torch.randn(3, 200, generator=gen).to(torch.bfloat16)
+    _check_rms(xb, (torch.rand(200, generator=gen) + 0.5), 1e-6, torch.randn(3, 200, generator=gen).to(torch.bfloat16),
+               torch.rand(200, generator=gen) + 0.5)
+
+
+def test_rms_norm_dynamic_quant_norm_reads_the_unrounded_sum(gen):
+    """The norm must use fp32 x + residual, not the fp16-rounded residual_out (reference docstring)."""
+    x = torch.randn(8, 128, generator=gen).half()
+    r = (torch.randn(8, 128, generator=gen) * 1e-3).half()
+    _check_rms(x, torch.ones(128).half(), 1e-6, r, None)
+
+
+def test_rms_norm_dynamic_quant_edge_rows(table, gen):
+    x = torch.randn(5, 64, generator=gen).half()
+    r = torch.randn(5, 64, generator=gen).half()
+    r[2] = -x[2]                                         # sum exactly zero → q 0, scale 0
+    q, sc, ro = ops.quant.rms_norm_dynamic_quant(x, torch.ones(64).half(), epsilon=1e-6, residual=r)
+    assert sc[2] == 0 and (q[2] == 0).all()
+    q, sc, ro = ops.quant.rms_norm_dynamic_quant(torch.empty(0, 64).half(), torch.ones(64).half(), epsilon=1e-6)
+    assert q.shape == (0, 64) and sc.shape == (0,) and ro.shape == (0, 64)
+
+
+def test_rms_norm_dynamic_quant_without_residual_returns_a_copy(gen):
+    x = torch.randn(3, 64, generator=gen).half()
+    q, sc, ro = ops.quant.rms_norm_dynamic_quant(x, torch.ones(64).half(), epsilon=1e-6)
+    assert torch.equal(ro, x) and ro.data_ptr() != x.data_ptr()
+
+
+# ----------------------------------------------------------------------------------------------
+# quant_matmul
+# ----------------------------------------------------------------------------------------------
+def _qmm_inputs(M, K, N, gen, layout="kmajor", bias=False, bias_dtype=torch.float32):
+    x = torch.randint(-127, 128, (M, K), generator=gen, dtype=torch.int8)
+    w = torch.randint(-127, 128, (K, N), generator=gen, dtype=torch.int8)
+    if layout == "kmajor":
+        w = R.pack_weight(w, "cuda")
+    elif layout == "strided":                           # a column slice of a wider row-major weight
+        wide = torch.randint(-127, 128, (K, N + 9), generator=gen, dtype=torch.int8)
+        wide[:, 3:3 + N] = w
+        w = wide[:, 3:3 + N]
+    ws = (0.5 + torch.rand(N, generator=gen)) / (127.0 * max(K, 1) ** 0.5)
+    xs = (0.5 + torch.rand(M, generator=gen)) / 127.0
+    b = torch.randn(N, generator=gen).to(bias_dtype) if bias else None
+    return x, w, ws, xs, b
+
+
+def _check_qmm(M, K, N, gen, out_dtype=torch.float32, **kw):
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, **kw)
+    out = ops.quant.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype)
+    ref = R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype)
+    assert out.shape == (M, N) and out.dtype == out_dtype
+    kind = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[out_dtype]
+    if out.numel():
+        assert_close(out, ref, kind)
+    return out, ref
+
+
+@pytest.mark.parametrize("M", [0, 1, 2, 15, 16, 17, 33])
+def test_Q1_token_counts(M, table, gen):
+    _check_qmm(M, 256, 96, gen)
+
+
+@pytest.mark.parametrize("K,N", [(1368, 64), (96, 576), (200, 2112), (4100, 40)])
+def test_Q2_widths_not_multiple_of_tiles(K, N, table, gen):
+    _check_qmm(3, K, N, gen, out_dtype=torch.float16)
+
+
+@pytest.mark.parametrize("layout", ["kmajor", "rowmajor", "strided"])
+def test_quant_matmul_any_weight_strides(layout, table, gen):
+    _check_qmm(5, 320, 72, gen, layout=layout, bias=True)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias_dtype", [torch.float32, torch.float16])
+def test_quant_matmul_dtypes_and_bias(out_dtype, bias_dtype, gen):
+    _check_qmm(4, 192, 48, gen, out_dtype=out_dtype, bias=True, bias_dtype=bias_dtype)
+
+
+@pytest.mark.parametrize("M,K,N", [(1, 4096, 64), (16, 2048, 256), (40, 3000, 100)])
+def test_split_k_is_exact_and_deterministic(M, K, N, table, gen):
+    """Split-K partial sums are int32 and added in a fixed order: bit-identical across runs and equal
+    to the unsplit kernel."""
+    plan = T.plan_quant_matmul(M, N, K, torch.device("cpu"), backend_key=table)
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
+    o1 = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, backend_key=table)
+    o2 = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, backend_key=table)
+    one = {k: v for k, v in plan.items() if k not in ("SPLIT_K", "K_PER_SPLIT")} | {"split_k": 1}
+    o3 = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=one, backend_key=table)
+    assert torch.equal(o1, o2) and torch.equal(o1, o3)
+    assert_close(o1, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), "fp32")
+
+
+def test_split_k_is_used_for_small_m():
+    plan = T.plan_quant_matmul(1, 2112, 7168, torch.device("cpu"), backend_key="ascend")
+    assert plan["SPLIT_K"] > 1 and plan["K_PER_SPLIT"] % plan["BLOCK_K"] == 0
+    assert T.plan_quant_matmul(4096, 2048, 7168, torch.device("cpu"), backend_key="cuda")["SPLIT_K"] == 1
+
+
+def test_exact_int32_accumulation_at_the_extremes(table):
+    """All ±127 products: acc = ±127²·K exactly (K = 8192 → 132,128,768 < 2³¹)."""
+    K = 8192
+    x = torch.full((2, K), 127, dtype=torch.int8)
+    x[1] = -127
+    w = torch.full((K, 16), -127, dtype=torch.int8)
+    out = ops.quant.quant_matmul(x, w, torch.ones(16), torch.ones(2), out_dtype=torch.float32)
+    assert out[0].eq(-127 * 127 * K).all() and out[1].eq(127 * 127 * K).all()
+
+
+@settings(max_examples=20)
+@given(M=st.integers(0, 40), K=st.integers(1, 700), N=st.integers(1, 150), bias=st.booleans(),
+       layout=st.sampled_from(["kmajor", "rowmajor"]), seed=st.integers(0, 2**16))
+@example(M=17, K=1368, N=1, bias=True, layout="kmajor", seed=0)
+@example(M=1, K=1, N=1, bias=False, layout="rowmajor", seed=1)
+def test_quant_matmul_hypothesis(M, K, N, bias, layout, seed):
+    g = torch.Generator().manual_seed(seed)
+    with ops.backend("triton"):
+        _check_qmm(M, K, N, g, layout=layout, bias=bias)
+
+
+@settings(max_examples=20)
+@given(rows=st.integers(0, 9), K=st.integers(1, 3000), smooth=st.booleans(),
+       dtype=st.sampled_from([torch.float16, torch.float32]), seed=st.integers(0, 2**16))
+@example(rows=1, K=4097, smooth=True, dtype=torch.float16, seed=0)
+def test_dynamic_quant_hypothesis(rows, K, smooth, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = (10 * torch.randn(rows, K, generator=g)).to(dtype)
+    s = (0.25 + torch.rand(K, generator=g)) if smooth else None
+    with ops.backend("triton"):
+        q, sc = _dq(x, s)
+    rq, rs = R.dynamic_quant(x, smooth_scales=s)
+    _assert_int8_exact(q, rq)
+    assert torch.equal(sc, rs)
+
+
+# ----------------------------------------------------------------------------------------------
+# module contract: supports_reason, configs, Ascend compile cases
+# ----------------------------------------------------------------------------------------------
+def test_supports_reason(gen):
+    x = torch.randn(2, 8)
+    assert T.supports_reason_dynamic_quant(x) is None
+    assert "fp16/bf16/fp32" in T.supports_reason_dynamic_quant(x.to(torch.int32))
+    assert T.supports_reason_rms_norm_dynamic_quant(x, torch.ones(8), epsilon=1e-6) is None
+    xi = torch.zeros(2, 8, dtype=torch.int8)
+    assert T.supports_reason_quant_matmul(xi, torch.zeros(8, 4, dtype=torch.int8), torch.ones(4), torch.ones(2)) is None
+    assert "int8" in T.supports_reason_quant_matmul(xi.float(), torch.zeros(8, 4, dtype=torch.int8), torch.ones(4), torch.ones(2))
+
+
+def test_configs_are_data_for_both_backends_and_fit_ascend_buffers():
+    with open(T._CONFIG_PATH) as f:
+        cfg = json.load(f)
+    assert set(cfg) >= {"cuda", "ascend"}
+    for key in ("cuda", "ascend"):
+        buckets = cfg[key]["quant_matmul"]["buckets"]
+        assert [b["max_m"] for b in buckets] == sorted(b["max_m"] for b in buckets)
+        for b in buckets:
+            assert b["BLOCK_K"] % 32 == 0 and b["BLOCK_M"] >= 16 and b["BLOCK_N"] >= 16
+    for b in cfg["ascend"]["quant_matmul"]["buckets"]:
+        assert b["BLOCK_M"] * b["BLOCK_N"] * 4 <= 64 << 10, "int32 accumulator must leave L0C room (128 KiB)"
+        assert (b["BLOCK_M"] + b["BLOCK_N"]) * b["BLOCK_K"] * 2 <= 512 << 10, "double-buffered tiles in L1"
+    for op in ("dynamic_quant", "rms_norm_dynamic_quant"):
+        assert cfg["ascend"][op]["tile_elems"] * 4 * 8 <= 192 << 10, "≈8 live fp32 tiles in the 192 KiB UB"
+
+
+def test_ascend_compile_cases_match_the_kernels():
+    cases = T.ascend_compile_cases()
+    names = [c["name"] for c in cases]
+    assert len(names) == len(set(names)) and len(cases) >= 10
+    fns = {c["fn"] for c in cases}
+    assert {T._dynamic_quant_kernel, T._rms_norm_quant_kernel, T._qmm_kernel, T._qmm_epilogue_kernel} <= fns
+    for c in cases:
+        params = c["fn"].arg_names
+        assert list(c["signature"]) == params, c["name"]
+        const = [p for p in params if c["signature"][p] == "constexpr"]
+        assert sorted(const) == sorted(c["constexprs"]), c["name"]
+        assert all(v in ("*fp16", "*bf16", "*i8", "*i32", "*fp32", "i32", "i64", "fp32", "constexpr")
+                   for v in c["signature"].values())
