@@ -43,8 +43,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     csv_list = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     ap.add_argument("--ops", type=csv_list, default=None, help="comma list of op names or globs (default: all)")
     ap.add_argument("--shapes", type=csv_list, default=None,
-                    help="comma list of shape names, globs, or sets: " + ", ".join(S.SHAPE_SETS) + " (default: all; "
-                         "on CPU a few, scaled down)")
+                    help="comma list of shape names, globs, or sets (" + ", ".join(S.SHAPE_SETS) + "; 'a+b' = both); "
+                         "default: all (on CPU a few, the op's CPU shapes or scaled down)")
     ap.add_argument("--backends", type=csv_list, default=None,
                     help="comma list of reference,triton,ascendc (default: every backend that can run here; the "
                          "reference always runs as the baseline)")
@@ -451,7 +451,7 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
             runner.run_case(e, c, progress=prog.describe)
             prog.advance()
 
-    layer = {"available": False, "reason": "skipped (--no-layer)", "ops": []}
+    layer = {"available": False, "reason": "skipped (--no-layer)", "views": []}
     if not args.no_layer:
         from .layer import layer_view
         layer = layer_view(device, dtype=runner.dtype, peaks=peaks, ceilings=ceilings,

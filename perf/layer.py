@@ -1,10 +1,13 @@
 """Layer view: each ``ds`` op's share of a DeepSeek-V3 decoder layer's time, and its utilization there.
 
-Needs ``ops/deepseek_layer.py`` to expose a builder of a small random layer. The first of :data:`HOOKS` found is
+Needs ``ops/deepseek_layer.py``. If it exposes a builder of a random layer (the first of :data:`HOOKS` found), that is
 called with whichever of ``device``, ``dtype``, ``generator`` it accepts and may return
 
 * ``(fn, args)`` or ``(fn, args, kwargs)`` — the layer's forward and its inputs, or
 * an object with ``forward``/``__call__`` and an ``example_inputs()`` method returning args (tuple) or kwargs (dict).
+
+Otherwise :func:`builtin_layer` builds one bf16 and one a8w8 layer through the public loader
+(``ops.weights.load_layer_weights`` on random HF-named weights, ``DeepseekV3DecodeLayer``, ``PagedCache``).
 
 The layer runs once under ``torch.utils.flop_counter.FlopCounterMode`` (FLOPs per ``ds`` op, from the formulas the
 ops register) and once under ``torch.profiler`` (time per ``ds`` op: device time on CUDA, CPU time on CPU). While it
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 from typing import Any
 
 import torch
@@ -43,15 +47,7 @@ def _op_name(key: Any) -> str:
     return s.split("::")[-1].split(".")[-1] if ("ds." in s or "ds::" in s) else s
 
 
-def _build(device: torch.device, dtype: torch.dtype):
-    try:
-        import ops.deepseek_layer as mod
-    except ModuleNotFoundError as e:
-        if "deepseek_layer" in str(e):
-            return None, "ops/deepseek_layer.py does not exist"
-        return None, f"importing ops.deepseek_layer failed: {e}"
-    except Exception as e:  # noqa: BLE001
-        return None, f"importing ops.deepseek_layer failed: {type(e).__name__}: {e}"
+def _from_hook(device: torch.device, dtype: torch.dtype, mod):
     hook = next((getattr(mod, h) for h in HOOKS if callable(getattr(mod, h, None))), None)
     if hook is None:
         return None, f"ops.deepseek_layer exposes none of {', '.join(HOOKS)}"
@@ -75,39 +71,109 @@ def _build(device: torch.device, dtype: torch.dtype):
     else:
         return None, f"{hook.__name__} returned {type(built).__name__}, expected (fn, args[, kwargs]) or a module " \
                      "with example_inputs()"
-    return (fn, args, kwargs), None
+    return (f"{hook.__name__}()", fn, args, kwargs), None
 
 
-def layer_view(device: str | torch.device, *, dtype: torch.dtype = torch.bfloat16, peaks=None, ceilings=None,
-               specs: dict | None = None) -> dict:
-    """Run the layer view; returns ``{"available": bool, "reason": str, "total_us": float, "ops": [rows]}`` where a
-    row is ``{op, calls, flops, time_us, share_pct, tflops, pct_peak, pct_achievable}``."""
+def builtin_layer(device: torch.device, mode: str):
+    """A random DeepSeek-V3 MoE decoder layer built through the public loader (ops.weights.load_layer_weights with
+    HF-named random weights) and a paged cache with a filled context. Accelerator: DeepSeek-V3 attention dims
+    (He 7168, 128 heads, q_lora 1536), 32 routed experts (an EP8 shard) + 1 shared, B = 64, S_q = 2 (MTP),
+    context 4096. CPU: a tiny config (He 256, 4 heads, 16 experts), B = 2, S_q = 2, context 64.
+    Returns (description, fn, args, kwargs)."""
+    from ops.deepseek_layer import DeepseekV3DecodeLayer, PagedCache
+    from ops.weights import LayerConfig, load_layer_weights
+    if device.type == "cpu":
+        cfg = LayerConfig(hidden_size=256, num_attention_heads=4, q_lora_rank=192, n_routed_experts=16, n_group=4,
+                          topk_group=2, num_experts_per_tok=4, moe_intermediate_size=64, intermediate_size=320,
+                          first_k_dense_replace=0)
+        B, S_q, L, bs = 2, 2, 64, 16
+    else:
+        cfg = LayerConfig(n_routed_experts=32, first_k_dense_replace=0)
+        B, S_q, L, bs = 64, 2, 4096, 64
+    g = torch.Generator(device=device).manual_seed(0)
+    He, N, Hcq, Hckv = cfg.hidden_size, cfg.num_attention_heads, cfg.q_lora_rank, cfg.kv_lora_rank
+    D, Dr, V, E, I = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.n_routed_experts, \
+        cfg.moe_intermediate_size
+
+    def w(o, i):
+        return (torch.randn(o, i, generator=g, device=device) / i ** 0.5).to(torch.bfloat16)
+
+    def gamma(n):
+        return (1 + 0.2 * torch.randn(n, generator=g, device=device)).to(torch.bfloat16)
+
+    p = "model.layers.0."
+    sd = {p + "input_layernorm.weight": gamma(He), p + "post_attention_layernorm.weight": gamma(He),
+          p + "self_attn.q_a_proj.weight": w(Hcq, He), p + "self_attn.q_a_layernorm.weight": gamma(Hcq),
+          p + "self_attn.q_b_proj.weight": w(N * (D + Dr), Hcq),
+          p + "self_attn.kv_a_proj_with_mqa.weight": w(Hckv + Dr, He), p + "self_attn.kv_a_layernorm.weight": gamma(Hckv),
+          p + "self_attn.kv_b_proj.weight": w(N * (D + V), Hckv), p + "self_attn.o_proj.weight": w(He, N * V),
+          p + "mlp.gate.weight": torch.randn(E, He, generator=g, device=device) * 2.0 / He ** 0.5,
+          p + "mlp.gate.e_score_correction_bias": 0.1 * torch.randn(E, generator=g, device=device)}
+    for e in range(E):
+        sd[p + f"mlp.experts.{e}.gate_proj.weight"] = w(I, He)
+        sd[p + f"mlp.experts.{e}.up_proj.weight"] = w(I, He)
+        sd[p + f"mlp.experts.{e}.down_proj.weight"] = w(He, I)
+    Is = I * cfg.n_shared_experts
+    sd.update({p + "mlp.shared_experts.gate_proj.weight": w(Is, He), p + "mlp.shared_experts.up_proj.weight": w(Is, He),
+               p + "mlp.shared_experts.down_proj.weight": w(He, Is)})
+    layer = DeepseekV3DecodeLayer(load_layer_weights(sd, 0, cfg, mode=mode, device=device))
+    del sd
+    nb = -(-(L + S_q) // bs)
+    cache = PagedCache(num_layers=1, num_blocks=B * nb + 2, block_size=bs, kv_lora_rank=Hckv, qk_rope_head_dim=Dr,
+                       device=device)
+    cache.allocate(B, L + S_q, generator=torch.Generator().manual_seed(1))
+    cache.kv[0].normal_(generator=g)
+    cache.kr[0].normal_(generator=g)
+    cache.seq_lens = torch.full((B,), L, dtype=torch.int32, device=device)   # not advanced: every call is the same step
+    x = torch.randn(B, S_q, He, generator=g, device=device).to(torch.bfloat16)
+    desc = (f"built-in random layer ({mode}): He {He}, {N} heads, q_lora {Hcq}, {E} routed experts (top-"
+            f"{cfg.num_experts_per_tok}) + {cfg.n_shared_experts} shared, B {B}, S_q {S_q}, context {L}")
+    return desc, layer, (x, cache), {}
+
+
+def _builds(device: torch.device, dtype: torch.dtype):
+    """[(description, fn, args, kwargs) | None, reason] for each layer to profile."""
+    try:
+        import ops.deepseek_layer as mod
+    except ModuleNotFoundError as e:
+        if "deepseek_layer" in str(e):
+            return [], "ops/deepseek_layer.py does not exist"
+        return [], f"importing ops.deepseek_layer failed: {e}"
+    except Exception as e:  # noqa: BLE001
+        return [], f"importing ops.deepseek_layer failed: {type(e).__name__}: {e}"
+    built, reason = _from_hook(device, dtype, mod)
+    if built is not None:
+        return [built], ""
+    out, reasons = [], [reason]
+    if hasattr(mod, "DeepseekV3DecodeLayer") and hasattr(mod, "PagedCache"):
+        for mode in ("bf16", "a8w8"):
+            try:
+                out.append(builtin_layer(device, mode))
+            except Exception as e:  # noqa: BLE001
+                reasons.append(f"built-in {mode} layer failed: {type(e).__name__}: {e}"[:300])
+    return out, "; ".join(reasons)
+
+
+def _profile_one(dev, desc, fn, args, kwargs, peaks, ceilings, specs) -> dict:
     from .peaks import ceiling_value
     from .timers import time_fn
-    dev = torch.device(device)
-    built, reason = _build(dev, dtype)
-    if built is None:
-        return {"available": False, "reason": reason, "ops": []}
-    fn, args, kwargs = built
-    try:
-        with torch.no_grad():
-            call = lambda: fn(*args, **kwargs)  # noqa: E731
-            call()
-            total = time_fn(call, dev, mode="events", quick=True)
-            with route_through_dispatcher():
-                from torch.utils.flop_counter import FlopCounterMode
-                with FlopCounterMode(display=False) as fc:
-                    call()
-                flops = {_op_name(k): int(v) for k, v in fc.get_flop_counts().get("Global", {}).items()}
-                from torch.profiler import ProfilerActivity, profile
-                acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-                with profile(activities=acts) as prof:
-                    call()
-                    if dev.type == "cuda":
-                        torch.cuda.synchronize()
-    except Exception as e:  # noqa: BLE001
-        return {"available": False, "reason": f"running the layer failed: {type(e).__name__}: {e}", "ops": []}
-
+    with torch.no_grad():
+        call = lambda: fn(*args, **kwargs)  # noqa: E731
+        call()
+        total = time_fn(call, dev, mode="events", quick=True)
+        with route_through_dispatcher():
+            from torch.utils.flop_counter import FlopCounterMode
+            with FlopCounterMode(display=False) as fc:
+                call()
+            flops = {_op_name(k): int(v) for k, v in fc.get_flop_counts().get("Global", {}).items()}
+            from torch.profiler import ProfilerActivity, profile
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+            with profile(activities=acts) as prof:
+                t0 = time.perf_counter()
+                call()
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                wall_us = (time.perf_counter() - t0) * 1e6
     use_device = dev.type == "cuda"
     times: dict[str, float] = {}
     calls: dict[str, int] = {}
@@ -121,11 +187,11 @@ def layer_view(device: str | torch.device, *, dtype: torch.dtype = torch.bfloat1
             times[name] = times.get(name, 0.0) + t
             calls[name] = calls.get(name, 0) + ev.count
     if not use_device:
-        whole = max(whole, total.p50_us)
+        whole = wall_us   # CPU: ds-op CPU time (children included) over the profiled call's wall time
     rows = []
     specs = specs or {}
-    for name in sorted(set(times) | {k for k in flops if k in specs}):
-        t = times.get(name, 0.0)
+    for name in sorted(times):
+        t = times[name]
         f = flops.get(name, 0)
         tfl = f / (t * 1e-6) / 1e12 if t > 0 else None
         kind = getattr(specs.get(name), "compute", "bf16")
@@ -135,5 +201,27 @@ def layer_view(device: str | torch.device, *, dtype: torch.dtype = torch.bfloat1
                          share_pct=100 * t / whole if whole else None, tflops=tfl,
                          pct_peak=100 * tfl / pk if (tfl and pk) else None,
                          pct_achievable=100 * tfl / ach if (tfl and ach) else None))
-    return {"available": True, "reason": "", "total_us": total.p50_us, "profiled_us": whole,
-            "time_basis": "device (CUDA profiler)" if use_device else "CPU time (profiler)", "ops": rows}
+    return {"layer": desc, "total_us": total.p50_us, "profiled_us": whole, "layer_flops": sum(flops.values()),
+            "time_basis": "device time (CUDA profiler)" if use_device else "CPU time (profiler)", "ops": rows}
+
+
+def layer_view(device: str | torch.device, *, dtype: torch.dtype = torch.bfloat16, peaks=None, ceilings=None,
+               specs: dict | None = None) -> dict:
+    """Run the layer view; returns ``{"available": bool, "reason": str, "views": [view]}``; a view is
+    ``{layer, total_us, profiled_us, layer_flops, time_basis, ops: [{op, calls, flops, time_us, share_pct, tflops,
+    pct_peak, pct_achievable}]}``."""
+    dev = torch.device(device)
+    builds, reason = _builds(dev, dtype)
+    if not builds:
+        return {"available": False, "reason": reason, "views": []}
+    views, errors = [], []
+    for desc, fn, args, kwargs in builds:
+        try:
+            views.append(_profile_one(dev, desc, fn, args, kwargs, peaks, ceilings, specs))
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{desc}: running it failed: {type(e).__name__}: {e}"[:400])
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    if not views:
+        return {"available": False, "reason": "; ".join(errors), "views": []}
+    return {"available": True, "reason": "; ".join(errors), "views": views}

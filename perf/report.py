@@ -19,15 +19,25 @@ COLUMNS = [
 
 
 def _fmt(v: Any, nd: int = 1) -> str:
-    if v is None:
+    """Compact number: thousands separators above 1000, 1 decimal above 10, 2 above 0.01, else 2 significant."""
+    if v is None or v == "":
         return "–"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if v != 0 and (abs(v) >= 1e5 or abs(v) < 10 ** (-nd)):
-            return f"{v:.2e}"
-        return f"{v:.{nd}f}"
-    return str(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    a = abs(v)
+    if a == 0:
+        return "0"
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if isinstance(v, int):
+        return str(v)
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 0.01:
+        return f"{v:.2f}"
+    return f"{v:.2g}"
 
 
 def write_csv(rows: Sequence[dict], path: str) -> None:
@@ -93,14 +103,18 @@ def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequenc
     L += ["## Layer view", ""]
     if not layer.get("available"):
         L.append(f"layer view: unavailable ({layer.get('reason')})")
-    else:
-        L.append(f"DeepSeek-V3 decoder layer, {_fmt(layer.get('total_us'), 1)} µs per call (events); per-op times are "
-                 f"{layer.get('time_basis')}, shares of {_fmt(layer.get('profiled_us'), 1)} µs profiled.")
-        L.append("")
+    for v in layer.get("views", []):
+        L += [f"### {v['layer']}", "",
+              f"{_fmt(v.get('total_us'), 1)} µs per layer call (median); {_fmt(float(v.get('layer_flops') or 0))} "
+              f"FLOPs counted (FlopCounterMode). Per-op times are {v.get('time_basis')}; '% of layer' is of "
+              f"{_fmt(v.get('profiled_us'), 1)} µs profiled.", ""]
         L.append(_md_table(["op", "calls", "FLOPs", "µs", "% of layer", "TFLOPS", "% peak", "% achv"],
                            [[o["op"], str(o["calls"]), _fmt(float(o["flops"])), _fmt(o["time_us"]),
-                             _fmt(o["share_pct"]), _fmt(o["tflops"], 2), _fmt(o["pct_peak"]),
-                             _fmt(o["pct_achievable"])] for o in layer.get("ops", [])]))
+                             _fmt(o["share_pct"]), _fmt(o["tflops"], 3), _fmt(o["pct_peak"]),
+                             _fmt(o["pct_achievable"])] for o in v.get("ops", [])]))
+        L.append("")
+    if layer.get("available") and layer.get("reason"):
+        L += [f"(partly unavailable: {layer['reason']})", ""]
     L.append("")
     if notes:
         L += ["## Notes", ""] + [f"* {n}" for n in notes] + [""]
@@ -171,41 +185,56 @@ def plot_roofline(rows: Sequence[dict], meta: dict, path: str) -> str | None:
 
 def print_table(rows: Sequence[dict], layer: dict, notes: Sequence[str]) -> None:
     """The closing table on the terminal (rich if importable, else plain text)."""
-    cols = [("op", "op")] + SUMMARY_COLS
+    cols = [("op", "op"), ("backend", "backend"), ("shape", "shape"), ("us_p50", "µs p50"), ("tflops", "TFLOPS"),
+            ("gbps", "GB/s"), ("pct_peak", "%peak"), ("pct_achievable", "%achv"), ("intensity", "FLOP/B"),
+            ("bound", "bound"), ("check", "check"), ("dispatch", "µs ds/eager")]
+
+    def cell(r, k):
+        if k == "dispatch":
+            a, b = r.get("dispatch_us_registered"), r.get("dispatch_us_eager")
+            return "–" if a is None else f"{_fmt(a)}/{_fmt(b)}"
+        return _fmt(r.get(k))
     try:
         from rich.console import Console
         from rich.table import Table
     except Exception:  # noqa: BLE001
         print("\t".join(h for _, h in cols))
         for r in rows:
-            print("\t".join(_fmt(r.get(k)) for k, _ in cols))
-        print("layer view:", "available" if layer.get("available") else f"unavailable ({layer.get('reason')})")
+            print("\t".join(cell(r, k) for k, _ in cols))
+        for v in layer.get("views", []):
+            print("layer view:", v["layer"])
+            for o in v["ops"]:
+                print(f"  {o['op']}: {o['calls']} calls, {_fmt(o['time_us'])} µs, {_fmt(o['share_pct'])}% of layer")
+        if not layer.get("available"):
+            print(f"layer view: unavailable ({layer.get('reason')})")
         for n in notes:
             print("note:", n)
         return
-    width = max(160, int(os.environ.get("COLUMNS", "0") or 0))
+    width = max(150, int(os.environ.get("COLUMNS", "0") or 0))
     con = Console(width=width)
-    t = Table(title="ds-ops perf", show_lines=False)
-    for _, h in cols:
-        t.add_column(h, overflow="fold")
+    t = Table(title="ds-ops perf", show_lines=False, pad_edge=False)
+    for k, h in cols:
+        t.add_column(h, overflow="fold", no_wrap=k in ("op", "shape", "backend"),
+                     justify="right" if k not in ("op", "backend", "shape", "bound", "check") else "left")
     for r in rows:
-        cells = [_fmt(r.get(k), 2 if k.startswith("us_") else 1) for k, _ in cols]
+        cells = [cell(r, k) for k, _ in cols]
         chk = r.get("check")
+        i = [k for k, _ in cols].index("check")
         if chk == "PASS":
-            cells[cols.index(("check", "check"))] = "[green]PASS[/]"
+            cells[i] = "[green]PASS[/]"
         elif chk not in ("baseline", None):
-            cells[cols.index(("check", "check"))] = f"[red]{chk}[/]"
+            cells[i] = f"[red]{chk}[/]"
         t.add_row(*cells)
     con.print(t)
-    if layer.get("available"):
-        lt = Table(title=f"layer view ({_fmt(layer.get('total_us'))} µs per layer)")
+    for v in layer.get("views", []):
+        lt = Table(title=f"layer view: {v['layer']} — {_fmt(v.get('total_us'))} µs per call")
         for h in ("op", "calls", "µs", "% of layer", "TFLOPS", "% peak"):
             lt.add_column(h)
-        for o in layer["ops"]:
-            lt.add_row(o["op"], str(o["calls"]), _fmt(o["time_us"]), _fmt(o["share_pct"]), _fmt(o["tflops"], 2),
+        for o in v["ops"]:
+            lt.add_row(o["op"], str(o["calls"]), _fmt(o["time_us"]), _fmt(o["share_pct"]), _fmt(o["tflops"], 3),
                        _fmt(o["pct_peak"]))
         con.print(lt)
-    else:
+    if not layer.get("available"):
         con.print(f"layer view: unavailable ({layer.get('reason')})")
     for n in notes:
         con.print(f"note: {n}")

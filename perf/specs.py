@@ -4,12 +4,11 @@ Every op module registers an ``OpSpec`` (ops/_library.py) whose ``shapes`` maps 
 ``make_inputs``. The report runs all of them on an accelerator; ``--shapes`` selects by exact name, by a glob
 (``decode_*``) or by one of the named sets in :data:`SHAPE_SETS`, which match on the naming convention below.
 
-Shape-name convention (what the sets match; op modules are asked to follow it)::
-
-    decode_b{B}[_mtp][_tp{TP}|_n{heads}][_l{L}]     DeepSeek-V3 decode step, B ∈ {1..256}, MTP → S_q = 2,
-                                                    TP shard 128/TP heads (TP ∈ 1,2,4,8,16 → 128,64,32,16,8)
-    prefill_{4k|16k}[...]                          prefill of 4K / 16K tokens, where the op applies
-    ..._ep{EP}                                     expert-parallel shard: 256/EP local experts
+The sets match on the shape dict (tokens = T, M or B·S_q; S_q; heads N) or, where that says nothing, on words
+in the name (``decode``, ``prefill``, ``mtp``, ``_tp``, ``_ep``): DeepSeek-V3 decode B ∈ {1..256} with/without
+MTP (S_q = 2), prefill 4K/16K tokens, TP shards of 128/64/32/16/8 heads, EP expert shards. ``a+b`` intersects.
+A shape named ``cpu*`` or with ``"cpu": True`` is the op's own CPU-sized shape: on CPU those replace the scaled
+DeepSeek shapes; on an accelerator they are left out unless named.
 
 On CPU the shapes are scaled down automatically (:func:`cpu_shape`): an op module can define
 ``cpu_shape(shape, op_name)`` (or ``perf_cpu_shape``) to do it itself; otherwise a generic reducer caps batch-like,
@@ -35,14 +34,66 @@ TP_HEADS = {1: 128, 2: 64, 4: 32, 8: 16, 16: 8}
 EP_EXPERTS = {1: 256, 8: 32, 16: 16, 32: 8, 64: 4}
 PREFILL_TOKENS = (4096, 16384)
 
-SHAPE_SETS: dict[str, tuple[str, ...]] = {
-    "all": ("*",),
-    "decode": ("decode*", "*_decode*"),
-    "mtp": ("*mtp*",),
-    "prefill": ("prefill*", "*_prefill*"),
-    "tp": ("*_tp*", "tp*"),
-    "ep": ("*_ep*", "ep*"),
+
+
+def is_cpu_shape(name: str, shape: dict) -> bool:
+    """A shape the op module marks as CPU-sized (name ``cpu*`` or ``shape["cpu"]`` true): run on CPU in place of
+    the scaled DeepSeek shapes, left out on accelerators unless named."""
+    return name.lower().startswith("cpu") or bool(shape.get("cpu", False))
+
+
+def tokens_of(shape: dict) -> int | None:
+    """Query tokens one call processes: T / M / num_tokens, else B·S_q; None if the shape has none of these."""
+    for k in ("T", "M", "tokens", "num_tokens"):
+        if isinstance(shape.get(k), int):
+            return shape[k]
+    if isinstance(shape.get("B"), int):
+        return shape["B"] * int(shape.get("S_q", shape.get("s_q", 1)))
+    return None
+
+
+def _heads_of(shape: dict) -> int | None:
+    keys = {k.lower() for k in shape}
+    if {"m", "k", "n"} <= keys:
+        return None
+    for k in ("N", "H_q", "heads", "num_heads", "h_q"):
+        if isinstance(shape.get(k), int):
+            return shape[k]
+    return None
+
+
+def _in_set(set_name: str, name: str, shape: dict) -> bool:
+    n = name.lower()
+    tok = tokens_of(shape)
+    if set_name == "all":
+        return True
+    if set_name == "cpu":
+        return is_cpu_shape(name, shape)
+    if set_name == "decode":
+        return "decode" in n or (tok is not None and tok <= 512 and "prefill" not in n)
+    if set_name == "prefill":
+        return "prefill" in n or (tok is not None and tok >= 4096)
+    if set_name == "mtp":
+        return "mtp" in n or int(shape.get("S_q", shape.get("s_q", 1)) or 1) >= 2
+    if set_name == "tp":
+        h = _heads_of(shape)
+        return "_tp" in n or (h is not None and h < 128)
+    if set_name == "ep":
+        return "_ep" in n or any(k.lower() in ("ep", "local_experts") for k in shape)
+    raise KeyError(set_name)
+
+
+# named shape sets for --shapes; each matches on the name convention below or on the shape dict itself
+SHAPE_SETS: dict[str, str] = {
+    "all": "every shape",
+    "decode": "decode steps: name has 'decode', or ≤ 512 query tokens (T, M, or B·S_q)",
+    "prefill": "prefill: name has 'prefill', or ≥ 4096 tokens",
+    "mtp": "MTP: name has 'mtp', or S_q ≥ 2",
+    "tp": "TP shards: name has '_tp', or fewer than 128 heads (N)",
+    "ep": "EP shards: name has '_ep', or an 'ep' / 'local_experts' key",
+    "cpu": "the op's CPU-sized shapes (name 'cpu*' or shape['cpu'])",
 }
+
 
 # ----------------------------------------------------------------------------------------------
 # ops registry
@@ -140,15 +191,19 @@ class ShapeCase:
 
 
 def select_shapes(spec, patterns: Sequence[str] | None) -> list[tuple[str, dict]]:
-    """``(name, shape)`` pairs of ``spec.shapes`` matching any pattern (exact name, glob, or a ``SHAPE_SETS`` key);
-    all of them when ``patterns`` is empty."""
+    """``(name, shape)`` pairs of ``spec.shapes`` matching any pattern: an exact name, a glob (``b64_*``) or a
+    ``SHAPE_SETS`` key; ``set1+set2`` intersects sets (``decode+mtp``). All of them when ``patterns`` is empty."""
     items = list(spec.shapes.items())
     if not patterns:
         return items
-    globs: list[str] = []
-    for p in patterns:
-        globs.extend(SHAPE_SETS.get(p, (p,)))
-    return [(n, s) for n, s in items if any(fnmatch.fnmatchcase(n, g) for g in globs)]
+
+    def match(p: str, n: str, s: dict) -> bool:
+        if "+" in p:
+            return all(match(q, n, s) for q in p.split("+"))
+        if p in SHAPE_SETS:
+            return _in_set(p, n, s)
+        return fnmatch.fnmatchcase(n, p)
+    return [(n, s) for n, s in items if any(match(p, n, s) for p in patterns)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -160,7 +215,7 @@ SEQ_KEYS = {"l", "s", "s_kv", "l_kv", "kv_len", "seq_len", "seqlen", "max_seq_le
 HEAD_KEYS = {"n", "h", "heads", "num_heads", "n_heads", "h_q", "n_q"}
 BLOCK_COUNT_KEYS = {"num_blocks", "n_blocks", "blocks", "pages", "num_pages"}
 # model / layout dimensions the generic reducer never touches
-PROTECTED_KEYS = {"d", "dr", "dv", "kv_lora_rank", "qk_nope", "qk_rope", "v_head", "head_dim", "rope_dim", "block_size",
+PROTECTED_KEYS = {"d", "dr", "dc", "hckv", "dv", "kv_lora_rank", "qk_nope", "qk_rope", "v_head", "head_dim", "rope_dim", "block_size",
                   "page_size", "k", "topk", "top_k", "k_group", "topk_group", "group_count", "n_group", "groups",
                   "s_q", "sq", "mtp", "e", "experts", "num_experts", "n_experts", "ep", "tp", "group_size"}
 
@@ -278,11 +333,16 @@ def plan_shapes(entry: OpEntry, patterns: Sequence[str] | None, *, device_type: 
     ``quick`` on an accelerator: at most 4 spread over the list unless named."""
     chosen = select_shapes(entry.spec, patterns)
     if device_type != "cpu":
+        if not patterns:   # the op's CPU-sized test shapes are noise on an accelerator unless named
+            chosen = [(n, s) for n, s in chosen if not is_cpu_shape(n, s)]
         cases = [ShapeCase(n, dict(s), dict(s)) for n, s in chosen]
         return _spread(cases, 4) if quick and not patterns else cases
+    if not patterns:       # on CPU the op's own CPU-sized shapes, when it has some, replace the scaled ones
+        own = [(n, s) for n, s in chosen if is_cpu_shape(n, s)]
+        chosen = own or chosen
     cases, seen = [], set()
     for n, s in chosen:
-        small = cpu_shape(entry, s, dtype=dtype)
+        small = dict(s) if is_cpu_shape(n, s) else cpu_shape(entry, s, dtype=dtype)
         key = repr(sorted(small.items(), key=lambda kv: kv[0]))
         if key in seen:
             continue

@@ -232,7 +232,7 @@ def amla_blockwise(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.T
                 if bool(started.any()):
                     dn = torch.clamp(n - n_prev, min=-30.0)
                     ratio = cof_prev / cof
-                    eps = (ratio - 1.0) * 0.0 + eps_bias
+                    eps = (ratio - 1.0) * 1.5 + eps_bias
                     n_add = torch.round((dn + eps) * two23).to(torch.int64)
                     o = torch.where(started[:, None], _pow2_rescale(o, n_add, dn, ratio, guard), o)
                 o = o + pv

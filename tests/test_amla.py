@@ -441,7 +441,13 @@ def test_amla_shift_clamped_at_minus_30(gen):
 def test_pow2_rescale_is_exact_exponent_arithmetic():
     """The integer add is exact multiplication by 2^Δn for normal values; the guard keeps zeros, −0,
     denormals, inf and NaN right; the unguarded (CANN) add turns 0 into −inf for Δn = −1."""
-    vals = torch.tensor([[1.0, -3.5, 1e-30, 0.0, -0.0, 1e-40, -2e-39, float("inf"), float("nan"), 3e38]])
+    special = torch.tensor([1.0, -3.5, 1e-30, 0.0, -0.0, 1e-40, -2e-39, float("inf"), float("nan"), 3e38])
+    # every binade near the bottom of the normal range (exponent field 1..40), random significands, ± signs:
+    # the ones whose exponent field is ≤ |Δn| would wrap into denormals/zero under a bare integer add
+    expo = torch.arange(1, 41, dtype=torch.float32)
+    sig = 1.0 + torch.rand(40, generator=torch.Generator().manual_seed(5))
+    low = torch.ldexp(sig, (expo - 127).to(torch.int32))
+    vals = torch.cat([special, low, -low])[None, :]
     for dn in (0.0, -1.0, -7.0, -30.0):
         dn_t = torch.tensor([dn])
         n_add = torch.tensor([int(dn) * 2**23])
@@ -613,3 +619,22 @@ def test_triton_supports_hook_never_raises(gen):
     inputs = make(gen, seq_lens=[5])
     reason = amla_mod._triton_supports(**inputs)
     assert reason is None or isinstance(reason, str)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_reference_on_cuda_matches_cpu():
+    """GPU smoke for the reference half: make_inputs on the device, the reference on CUDA tensors equals
+    the CPU run, and a DeepSeek named shape builds with the DESIGN FLOP count."""
+    spec = ops.SPECS["amla"]
+    g = torch.Generator().manual_seed(0)
+    inputs = spec.make_inputs(spec.shapes["cpu_b4_sq1_n16_varlen"], dtype=torch.bfloat16, device="cuda", generator=g)
+    out, lse = run_amla("reference", inputs, via="op")
+    assert out.is_cuda and lse.is_cuda
+    cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    out_c, lse_c = run_amla("reference", cpu)
+    assert_close(out.cpu(), out_c.float(), "bf16")
+    assert_close(lse.cpu(), lse_c, "lse")
+    assert_matches_dense(out.cpu(), lse.cpu(), cpu)
+    big = spec.make_inputs(spec.shapes["b64_sq2_n128_l4096"], dtype=torch.bfloat16, device="cuda", generator=g)
+    assert spec.flops(**big) == 2 * 64 * 2 * 128 * 4096 * 1088
+    assert torch.isnan(big["kv_cache"]).any() and int((big["block_table"] == -1).sum()) == 64

@@ -505,3 +505,172 @@ def test_a8w8_layer_vs_hf_fp32(setup, li):
 def test_a8w8_two_layers_stacked_vs_hf(setup):
     """Measured (seeds 0–5, no smoothing): MoE output cos ≤ 6.7e-4, update ≤ 1.6e-3, max err ≤ 4.8e-2 / 7.3e-2."""
     check_stacked(setup, "a8w8")
+
+
+# ----------------------------------------------------------------------------------------------
+# negative controls: a wrong weight must fail the same checks
+# ----------------------------------------------------------------------------------------------
+def perturbed(sd, name, fn):
+    sd2 = dict(sd)
+    sd2[name] = fn(sd[name].clone())
+    return sd2
+
+
+def test_negative_control_kv_a_row(setup):
+    """One c_kv row (of 576) of kv_a_proj_with_mqa replaced by fresh values in OUR weights only: the
+    DESIGN-tolerance check vs the emulation and the bound vs HF must both fail."""
+    gen = torch.Generator().manual_seed(99)
+    name = f"model.layers.{DENSE}.self_attn.kv_a_proj_with_mqa.weight"
+    sd2 = perturbed(setup["sd"], name, lambda w: w.index_copy_(0, torch.tensor([17]), _bf(torch.randn(1, w.shape[1], generator=gen) / w.shape[1] ** 0.5)))
+    out, _ = ours(setup, DENSE, sd=sd2)
+    m, _, _ = compare(out, emulation(setup, DENSE, True)[0], setup["x"])
+    assert check_bounds(m, BF16_VS_EMULATION), m
+    m, _, _ = compare(out, setup["ref"][DENSE], setup["x"])
+    assert check_bounds(m, BF16_VS_HF), m
+
+
+def test_negative_control_gate_bias(setup):
+    """e_score_correction_bias of one expert raised by 0.3 in OUR weights only: tokens get routed
+    differently at clear margins → the MoE check vs HF fails."""
+    name = f"model.layers.{MOE}.mlp.gate.e_score_correction_bias"
+    sd2 = perturbed(setup["sd"], name, lambda b: b.index_add_(0, torch.tensor([3]), torch.tensor([0.3])))
+    out, ids = ours(setup, MOE, sd=sd2)
+    m, drop, bad = compare(out, setup["ref"][MOE], setup["x"], ids=ids, ref_logits=setup["logits"][MOE],
+                           bias=bias_of(setup, MOE), cfg=setup["cfg"], tie=TIE["bf16"])
+    assert bad, (m, drop)
+
+
+def test_negative_control_rope_layout(setup):
+    """Loading the (interleaved) checkpoint as if it were rotate-half (rope_interleave=False) permutes the
+    rope columns: the check vs HF must fail — the interleave convention is load-bearing."""
+    w = load_layer_weights(setup["sd"], DENSE, LayerConfig.from_hf(hf_config(rope_interleave=False)), device=DEVICE)
+    out, _ = our_run([DeepseekV3DecodeLayer(w)], setup["x"])
+    m, _, _ = compare(out[0], setup["ref"][DENSE], setup["x"])
+    assert check_bounds(m, BF16_VS_HF), m
+
+
+# ----------------------------------------------------------------------------------------------
+# loader
+# ----------------------------------------------------------------------------------------------
+def _flat(lw) -> dict[str, torch.Tensor]:
+    """Every tensor of a LayerWeights by a dotted path (for equality checks)."""
+    import dataclasses
+    out = {}
+
+    def walk(obj, path):
+        if isinstance(obj, torch.Tensor):
+            out[path] = obj
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            for f in dataclasses.fields(obj):
+                if f.name != "config":
+                    walk(getattr(obj, f.name), f"{path}.{f.name}")
+        elif isinstance(obj, list):
+            for i, o in enumerate(obj):
+                walk(o, f"{path}[{i}]")
+    walk(lw, "w")
+    return out
+
+
+def assert_same_weights(a, b):
+    fa, fb = _flat(a), _flat(b)
+    assert fa.keys() == fb.keys()
+    for k in fa:
+        assert fa[k].dtype == fb[k].dtype and torch.equal(fa[k], fb[k]), k
+
+
+@pytest.mark.parametrize("mode", ["bf16", "a8w8"])
+def test_loader_fused_experts_equal_per_expert(mode):
+    """transformers-5 fused ``mlp.experts.gate_up_proj`` / ``down_proj`` load to the same weights as
+    DeepSeek/HF-4 per-expert names."""
+    cfg = hf_config()
+    a = make_state_dict(cfg, torch.Generator().manual_seed(3))
+    b = make_state_dict(cfg, torch.Generator().manual_seed(3), fused_experts=True)
+    assert "model.layers.1.mlp.experts.gate_up_proj" in b and "model.layers.1.mlp.experts.0.gate_proj.weight" in a
+    calib = {"mlp_in": torch.rand(cfg.hidden_size) + 0.1}
+    assert_same_weights(load_layer_weights(a, MOE, cfg, mode=mode, calibration=calib),
+                        load_layer_weights(b, MOE, cfg, mode=mode, calibration=calib))
+
+
+def _to_fp8(w: torch.Tensor, gen) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block-quantise w [..., o, i] to e4m3 with one fp32 scale_inv per 128×128 block (random-ish scales)."""
+    *lead, o, i = w.shape
+    bo, bi = -(-o // 128), -(-i // 128)
+    s = (torch.rand(*lead, bo, bi, generator=gen) + 0.5) * w.abs().max() / 448
+    full = s.repeat_interleave(128, -2).repeat_interleave(128, -1)[..., :o, :i]
+    return (w / full).to(torch.float8_e4m3fn), s
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["per-expert", "fused"])
+def test_loader_fp8_block_scaled(fused):
+    """FP8 e4m3 weights with ``*_scale_inv`` (128×128 blocks, shapes not multiples of 128) load to the same
+    weights as a state dict holding their dequantisation computed here independently."""
+    cfg = hf_config()
+    gen = torch.Generator().manual_seed(5)
+    sd = make_state_dict(cfg, gen, fused_experts=fused)
+    fp8, deq = {}, {}
+    for k, v in sd.items():
+        if v.dim() >= 2 and "mlp.gate.weight" not in k:
+            q, s = _to_fp8(v, gen)
+            fp8[k], fp8[k + "_scale_inv"] = q, s
+            deq[k] = (q.float() * s.repeat_interleave(128, -2).repeat_interleave(128, -1)[..., :v.shape[-2], :v.shape[-1]])
+        else:
+            fp8[k] = deq[k] = v
+    for li in (DENSE, MOE):
+        a = load_layer_weights(fp8, li, cfg)
+        assert_same_weights(a, load_layer_weights(deq, li, cfg))
+        assert a.attn.weight_dq.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="scale_inv"):
+        load_layer_weights({k: v for k, v in fp8.items() if not k.endswith("q_a_proj.weight_scale_inv")}, DENSE, cfg)
+
+
+def test_loader_rope_interleave_false_checkpoint(setup):
+    """A checkpoint converted to rotate-half rope rows (HF rope_interleave=False) loads to the same
+    LayerWeights as the interleaved original, and HF itself agrees the two checkpoints are one model."""
+    cfg, sd = setup["cfg"], setup["sd"]
+    N, D, Dr, Hckv = cfg.num_attention_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.kv_lora_rank
+
+    def deint(w, rows_per_head, heads):
+        w = w.reshape(heads, rows_per_head, -1).clone()
+        r = w[:, rows_per_head - Dr:]
+        w[:, rows_per_head - Dr:] = torch.cat([r[:, 0::2], r[:, 1::2]], dim=1)
+        return w.reshape(heads * rows_per_head, -1)
+    p = f"model.layers.{DENSE}.self_attn."
+    sd2 = dict(sd)
+    sd2[p + "q_b_proj.weight"] = deint(sd[p + "q_b_proj.weight"], D + Dr, N)
+    sd2[p + "kv_a_proj_with_mqa.weight"] = deint(sd[p + "kv_a_proj_with_mqa.weight"], Hckv + Dr, 1)
+    cfg2 = hf_config(rope_interleave=False)
+    out2 = hf_run([hf_layer(cfg2, sd2, DENSE)], cfg2, setup["x"])[0][0]
+    torch.testing.assert_close(out2, setup["ref"][DENSE], rtol=1e-5, atol=1e-5)
+    assert_same_weights(load_layer_weights(sd2, DENSE, cfg2), load_layer_weights(sd, DENSE, cfg))
+
+
+def test_loader_errors():
+    cfg = hf_config()
+    sd = make_state_dict(cfg, torch.Generator().manual_seed(1))
+    with pytest.raises(KeyError, match=r"model\.layers\.0\.self_attn\.o_proj\.weight"):
+        load_layer_weights({k: v for k, v in sd.items() if "0.self_attn.o_proj" not in k}, DENSE, cfg)
+    bad = dict(sd)
+    bad["model.layers.0.self_attn.kv_b_proj.weight"] = bad["model.layers.0.self_attn.kv_b_proj.weight"][:-1]
+    with pytest.raises(ValueError, match="kv_b_proj"):
+        load_layer_weights(bad, DENSE, cfg)
+    with pytest.raises(KeyError, match="model.layers.7"):
+        load_layer_weights(sd, 7, cfg)
+    with pytest.raises(ValueError, match="mode"):
+        load_layer_weights(sd, DENSE, cfg, mode="fp8")
+    with pytest.raises(ValueError, match="q_lora_rank"):
+        LayerConfig.from_hf(hf_config(q_lora_rank=None))
+
+
+def test_paged_cache_slots():
+    c = PagedCache(num_layers=1, num_blocks=8, block_size=4, kv_lora_rank=8, qk_rope_head_dim=4)
+    c.allocate(2, 6, generator=torch.Generator().manual_seed(0))
+    bt = c.block_table.long()
+    assert bt.shape == (2, 2) and len(set(bt.flatten().tolist())) == 4
+    c.advance(3)
+    slots = c.slots(2).view(2, 2)
+    for b in range(2):
+        assert slots[b].tolist() == [int(bt[b, 0]) * 4 + 3, int(bt[b, 1]) * 4 + 0]
+    c.advance(3)
+    with pytest.raises(RuntimeError, match="outgrows"):
+        c.slots(1)
+    assert torch.isnan(c.kv[0]).all()          # fresh pages are NaN until written

@@ -366,11 +366,18 @@ def test_flops_bytes_and_spec(gen):
 
 # ----------------------------------------------------------------------------------------------
 # kernel (ops.triton.moe_gating; CPU: TRITON_INTERPRET=1) against the same checks
+# (on the GPU when CUDA is available, bf16 logits included; else the interpreter, fp32 logits)
 # ----------------------------------------------------------------------------------------------
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+KDTYPES = [torch.float32] + ([torch.bfloat16] if DEV == "cuda" else [])
+
+
 def _kernel(*args, **kwargs):
+    args = [a.to(DEV) if isinstance(a, torch.Tensor) else a for a in args]
+    kwargs = {k: (v.to(DEV) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
     try:
         with ops.backend("triton"):
-            return ops.moe_gating.moe_gating_top_k(*args, **kwargs)
+            return tuple(o.cpu() for o in ops.moe_gating.moe_gating_top_k(*args, **kwargs))
     except ops.BackendUnavailable as e:
         pytest.skip(str(e))
 
@@ -378,17 +385,18 @@ def _kernel(*args, **kwargs):
 @pytest.mark.interpreter
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 @pytest.mark.parametrize("norm_type,renorm", [(1, 0), (0, 1)])
-def test_kernel_matches_independent(cfg, norm_type, renorm, gen):
+@pytest.mark.parametrize("dtype", KDTYPES)
+def test_kernel_matches_independent(cfg, norm_type, renorm, dtype, gen):
     c = dict(CONFIGS[cfg])
     E = c.pop("E")
-    x = 2 * torch.randn(17, E, generator=gen)
+    x = (2 * torch.randn(17, E, generator=gen)).to(dtype)
     kw = dict(c, bias=0.3 * torch.randn(E, generator=gen), norm_type=norm_type, renorm=renorm, routed_scaling_factor=2.5)
     y, idx, norm_out = _kernel(x, **kw)
     w64, ids64, s64, b64 = gate64(x, **kw)
     assert_same_choice(idx, ids64, b64)
     check_row_invariants(y, idx, E, c["k"])
     same = (idx.long() == ids64).all(1)
-    assert_close(y[same], w64[same], "fp32", name="y")
+    assert_close(y[same], w64[same].to(dtype), "fp32" if dtype == torch.float32 else "bf16", name="y")
     assert_close(norm_out, s64, "fp32", name="norm_out")
 
 

@@ -234,6 +234,16 @@ def test_shape_selection_and_cpu_scaling():
     assert [n for n, _ in S.select_shapes(e.spec, ["decode"])] == ["decode_b4", "decode_b1"]
     assert [n for n, _ in S.select_shapes(e.spec, ["prefill_*"])] == ["prefill_4k"]
     assert [n for n, _ in S.select_shapes(e.spec, ["decode_b1"])] == ["decode_b1"]
+    # sets that match on the shape dict when the name says nothing
+    amla_like = types.SimpleNamespace(shapes={
+        "b1_sq1_n128_l4096": dict(B=1, S_q=1, N=128, L=4096), "b64_sq2_n16_l4096": dict(B=64, S_q=2, N=16, L=4096),
+        "t4096": dict(T=4096, N=128), "cpu_small": dict(B=2, S_q=2, N=8, L=300, cpu=True)})
+    names = lambda pats: [n for n, _ in S.select_shapes(amla_like, pats)]  # noqa: E731
+    assert names(["mtp"]) == ["b64_sq2_n16_l4096", "cpu_small"]
+    assert names(["tp"]) == ["b64_sq2_n16_l4096", "cpu_small"]
+    assert names(["prefill"]) == ["t4096"]
+    assert names(["decode+mtp+tp"]) == ["b64_sq2_n16_l4096", "cpu_small"]
+    assert names(["cpu"]) == ["cpu_small"]
     # GEMM dims: M capped like a batch, K/N kept when small
     assert S.cpu_shape(e, dict(M=4096, K=64, N=48)) == dict(M=4, K=64, N=48)
     cases = S.plan_shapes(e, None, device_type="cpu", quick=False)
@@ -340,9 +350,29 @@ def test_layer_view_with_a_fake_layer(monkeypatch):
     monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
     lv = layer_view("cpu", specs={e.name: e.spec})
     assert lv["available"], lv["reason"]
-    row = {o["op"]: o for o in lv["ops"]}[e.name]
+    (view,) = lv["views"]
+    row = {o["op"]: o for o in view["ops"]}[e.name]
     assert row["calls"] == 1 and row["flops"] == 2 * 8 * 64 * 32
     assert row["time_us"] > 0 and 0 < row["share_pct"] <= 100
+    assert view["layer_flops"] == 2 * 8 * 64 * 32          # relu/add count no FLOPs; the ds op counted once
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(REPO, "ops", "deepseek_layer.py")), reason="no layer yet")
+def test_layer_view_builtin_random_layer():
+    """Without a hook, perf builds random bf16 and a8w8 layers through the public loader and sees every ds op."""
+    import ops.deepseek_layer as L
+    from perf import layer as PL
+    if any(callable(getattr(L, h, None)) for h in PL.HOOKS):
+        pytest.skip("ops.deepseek_layer has its own hook")
+    lv = PL.layer_view("cpu")
+    assert lv["available"], lv["reason"]
+    seen = {o["op"] for v in lv["views"] for o in v["ops"]}
+    assert {"mla_prolog", "amla", "moe_gating_top_k"} <= seen, seen
+    assert {"quant_matmul", "dynamic_quant", "rms_norm_dynamic_quant"} <= seen, seen   # the a8w8 layer
+    for v in lv["views"]:
+        assert 0 < sum(o["share_pct"] for o in v["ops"]) <= 100 + 1e-6
+        for o in v["ops"]:
+            assert o["calls"] >= 1 and o["flops"] >= 0 and o["time_us"] > 0
 
 
 def test_layer_view_unavailable_reason(monkeypatch):
@@ -351,7 +381,7 @@ def test_layer_view_unavailable_reason(monkeypatch):
     monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
     monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
     lv = layer_view("cpu")
-    assert not lv["available"] and "exposes none of" in lv["reason"]
+    assert not lv["available"] and "exposes none of" in lv["reason"] and lv["views"] == []
 
 
 def test_cli_help_subprocess():

@@ -559,18 +559,33 @@ def test_fractal_nz_layout(dtype, n0, K, N, gen):
 
 # ----------------------------------------------------------------------------------------------
 # kernels (ops.triton.quant; CPU: TRITON_INTERPRET=1) against the same independent checks.
-# fp16/fp32 inputs only on CPU: the interpreter's bf16 arithmetic is not trustworthy (DESIGN).
+# On a CUDA machine they run on the GPU (bf16 included); on CPU under the interpreter with fp16/fp32
+# inputs only, as the interpreter's bf16 arithmetic is not trustworthy (DESIGN).
 # ----------------------------------------------------------------------------------------------
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+KDTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if DEV == "cuda" else [])
+
+
+def _dev(*ts):
+    return [t.to(DEV) if isinstance(t, torch.Tensor) else t for t in ts]
+
+
+def _cpu(out):
+    return tuple(o.cpu() for o in out) if isinstance(out, tuple) else out.cpu()
+
+
 def _kernel(op, *args, **kwargs):
+    args = _dev(*args)
+    kwargs = dict(zip(kwargs, _dev(*kwargs.values())))
     try:
         with ops.backend("triton"):
-            return op(*args, **kwargs)
+            return _cpu(op(*args, **kwargs))
     except ops.BackendUnavailable as e:
         pytest.skip(str(e))
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("dtype", KDTYPES)
 @pytest.mark.parametrize("smooth", [False, True])
 def test_kernel_dynamic_quant_is_bit_exact(dtype, smooth, gen):
     x = (3 * torch.randn(19, 1368, generator=gen)).to(dtype)
@@ -593,11 +608,12 @@ def test_kernel_dynamic_quant_is_bit_exact(dtype, smooth, gen):
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("residual", [False, True])
-def test_kernel_rms_norm_dynamic_quant(residual, gen):
+@pytest.mark.parametrize("dtype", KDTYPES)
+def test_kernel_rms_norm_dynamic_quant(residual, dtype, gen):
     T, H = 7, 1536
-    x = torch.randn(T, H, generator=gen).half()
-    r = torch.randn(T, H, generator=gen).half() if residual else None
-    g = (0.5 + torch.rand(H, generator=gen)).half()
+    x = torch.randn(T, H, generator=gen).to(dtype)
+    r = torch.randn(T, H, generator=gen).to(dtype) if residual else None
+    g = (0.5 + torch.rand(H, generator=gen)).to(dtype)
     s = 0.5 + torch.rand(H, generator=gen)
     q, scale, ro = _kernel(ops.quant.rms_norm_dynamic_quant, x, g, residual=r, smooth_scales=s)
     q0, scale0, ro0 = ops.quant.rms_norm_dynamic_quant(x, g, residual=r, smooth_scales=s)
@@ -628,5 +644,7 @@ def test_kernel_quant_matmul_Q2_and_strides(K, N, gen):
     ws, xs, b = scales(N, gen), scales(M, gen), torch.randn(N, generator=gen)
     ref64, _ = i64_quant_matmul(x, w, ws, xs, b)
     for wv in (w, R.pack_weight(w, "cuda")):
-        out = _kernel(ops.quant.quant_matmul, x, wv, ws, xs, bias=b, out_dtype=torch.float16)
-        assert_close(out, ref64, "fp16")
+        for od in KDTYPES:
+            out = _kernel(ops.quant.quant_matmul, x, wv, ws, xs, bias=b, out_dtype=od)
+            assert out.dtype == od
+            assert_close(out, ref64, "fp32" if od == torch.float32 else "bf16")

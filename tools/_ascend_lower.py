@@ -111,13 +111,41 @@ def _install_capture(arch: str):
     g["NPUUtils"] = _FakeNPUUtils
 
 
-def _lower(fn, signature: dict, constexprs: dict, options: dict, arch: str):
+class _AlignedPointer:
+    """Stands for a tensor argument whose storage is 16-byte aligned (every fresh torch allocation is)."""
+
+    @staticmethod
+    def data_ptr():
+        return 0
+
+
+def _launch_attrs(fn, signature: dict, constexprs: dict, aligned: bool):
+    """The attribute descriptor triton builds at launch (JITFunction.run): pointers get tt.divisibility=16 when
+    aligned. Integer values are unknown here, so no scalar gets divisibility or equal-to-1 specialisation; a
+    scalar that is always 1 at launch (the unit stride of a contiguous dim) must be a constexpr = 1 in the case,
+    as triton turns it into one."""
+    from triton.backends import backends
+
+    values = []
+    for p in fn.params:
+        if p.name in constexprs:
+            values.append(constexprs[p.name])
+        elif str(signature.get(p.name, "")).startswith("*") and aligned:
+            values.append(_AlignedPointer())
+        else:
+            values.append(object())   # neither an int nor a tensor: no property
+    desc = backends["ascend"].compiler.add_stages.__globals__["AscendAttrsDescriptor"]
+    return desc(fn.params, values)
+
+
+def _lower(fn, signature: dict, constexprs: dict, options: dict, arch: str, aligned: bool = True):
     """Return (bishengir command as triton-ascend built it, Linalg text, mix mode)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import ASTSource
 
-    src = ASTSource(fn=fn, signature=dict(signature), constants=dict(constexprs))
+    src = ASTSource(fn=fn, signature=dict(signature), constants=dict(constexprs),
+                    attrs=_launch_attrs(fn, signature, constexprs, aligned))
     _CAPTURE.clear()
     try:
         triton.compile(src, target=GPUTarget("npu", arch, 0), options=dict(options) or None)
@@ -255,7 +283,8 @@ def check_module(path: str, repo: str, out: str, arch: str) -> dict:
         cdir = os.path.join(out, _slug(stem), _slug(entry["name"]))
         os.makedirs(cdir, exist_ok=True)
         try:
-            cmd, linalg, mix = _lower(fn, case["signature"], case["constexprs"], entry["options"], arch)
+            cmd, linalg, mix = _lower(fn, case["signature"], case["constexprs"], entry["options"], arch,
+                                      aligned=bool(case.get("aligned", True)))
         except Exception as e:  # noqa: BLE001 - the front end's message is the result
             entry["error"] = "Triton -> Linalg failed: " + _frontend_message(e)
             continue
@@ -268,8 +297,13 @@ def check_module(path: str, repo: str, out: str, arch: str) -> dict:
             i_o = flags.index("-o")
             del flags[i_o:i_o + 2]
         entry.update(linalg=os.path.relpath(src, out), dir=os.path.relpath(cdir, out), mix_mode=mix, flags=flags)
-    uncovered = sorted(k for k in kernels if k not in covered and k not in not_compiled
-                       and not _called_by(kernels[k], [kernels[c] for c in covered if c in kernels]))
+    reached = {k for k in covered if k in kernels}
+    grew = True
+    while grew:  # device helpers called (directly or through other helpers) by a covered kernel are inlined there
+        new = {k for k in kernels if k not in reached and _called_by(kernels[k], [kernels[r] for r in reached])}
+        reached |= new
+        grew = bool(new)
+    uncovered = sorted(k for k in kernels if k not in reached and k not in not_compiled)
     res["uncovered"] = uncovered
     if uncovered:
         res["error"] = (f"@triton.jit kernels {uncovered} are neither in ascend_compile_cases() nor called from a "

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
+import hashlib
 import json
 import os
 import re
@@ -286,9 +286,40 @@ def run_check(modules: list[str], venv: str, out: str, create: bool = True, jobs
             if c.get("error"):
                 c.update(status="FAIL", errors=[c["error"]], footprint={}, budgets=dict(BUDGETS), overflow={})
     t1 = time.time()
+    # bishengir's result depends only on the Linalg text, the flags and its own version: compile each distinct
+    # input once per run, and reuse earlier runs' results from the cache directory
+    cache_dir = os.path.join(out, "cache")
+    os.makedirs(cache_dir, exist_ok=True)
+    groups: dict = {}
+    for c in todo:
+        with open(os.path.join(out, c["linalg"])) as f:
+            key = hashlib.sha256("\0".join([f.read(), *c["flags"], manifest["versions"].get("bishengir-compile") or ""])
+                                 .encode()).hexdigest()[:32]
+        groups.setdefault(key, []).append(c)
+    RESULT_KEYS = ("status", "errors", "notes", "budgets", "footprint", "overflow", "core", "compile_s")
+
+    def work(item):
+        key, cases = item
+        path = os.path.join(cache_dir, key + ".json")
+        if os.path.exists(path):
+            with open(path) as f:
+                res, how = json.load(f), "cache"
+        else:
+            compile_case(cases[0], out, manifest["bishengir_bin"])
+            res, how = {k: cases[0][k] for k in RESULT_KEYS}, "compiled"
+            if not any("timed out" in e for e in res["errors"]):
+                with open(path + ".tmp", "w") as f:
+                    json.dump(res, f)
+                os.replace(path + ".tmp", path)
+        for i, c in enumerate(cases):
+            c.update(json.loads(json.dumps(res)))
+            c["result_from"] = how if i == 0 else f"same Linalg as {cases[0]['name']}"
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as ex:
-        list(ex.map(lambda c: compile_case(c, out, manifest["bishengir_bin"]), todo))
+        list(ex.map(work, sorted(groups.items(), key=lambda kv: -os.path.getsize(os.path.join(out, kv[1][0]["linalg"])))))
     manifest["compile_s"] = round(time.time() - t1, 1)
+    manifest["compiled"] = sum(1 for cs in groups.values() if cs[0]["result_from"] == "compiled")
+    manifest["distinct"] = len(groups)
     manifest["failures"] = failures(manifest)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(manifest, f, indent=1)
@@ -486,6 +517,7 @@ def main(argv=None) -> int:
                     help=f"triton-ascend venv (default: ${ENV_VENV} or build/ascend-venv); created when missing")
     ap.add_argument("--out", default=DEFAULT_OUT, help="work directory (Linalg, logs, final HIVM, results.json)")
     ap.add_argument("--write-docs", metavar="MD", help="write the footprint table into this Markdown file")
+    ap.add_argument("--no-cache", action="store_true", help="ignore results cached in OUT/cache by earlier runs")
     ap.add_argument("--no-create", action="store_true", help="fail instead of creating a missing venv")
     ap.add_argument("--setup-only", action="store_true", help="create / verify the venv and stop")
     ap.add_argument("-j", "--jobs", type=int, default=None, help="parallel bishengir-compile runs (default: #CPUs)")
@@ -501,6 +533,8 @@ def main(argv=None) -> int:
             modules, skipped = [os.path.abspath(m) for m in a.modules], []
         else:
             modules, skipped = discover()
+        if a.no_cache:
+            shutil.rmtree(os.path.join(os.path.abspath(a.out), "cache"), ignore_errors=True)
         manifest = run_check(modules, venv, os.path.abspath(a.out), create=not a.no_create, jobs=a.jobs)
     except SetupError as e:
         print(f"ascend_check: setup failed: {e}", file=sys.stderr)
@@ -508,7 +542,9 @@ def main(argv=None) -> int:
     print_table(manifest, skipped)
     n = sum(len(m["cases"]) for m in manifest["modules"])
     print(f"\n{n} case(s) from {len(manifest['modules'])} module(s); lowering {manifest['lower_s']} s, "
-          f"bishengir {manifest['compile_s']} s, total {time.time() - t0:.1f} s; "
+          f"bishengir {manifest['compile_s']} s ({manifest['compiled']} compiled, "
+          f"{manifest['distinct'] - manifest['compiled']} from cache, {manifest['distinct']} distinct), "
+          f"total {time.time() - t0:.1f} s; "
           + " ".join(f"{k} {v}" for k, v in manifest["versions"].items() if k in ("triton-ascend", "ascendnpu-ir")))
     if a.write_docs:
         changed = write_docs(a.write_docs, manifest, skipped)

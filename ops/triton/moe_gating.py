@@ -162,6 +162,17 @@ def moe_gating_top_k(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = Non
     norm_out [T, E] fp32 = s). Semantics and non-finite handling: reference/moe_gating.py.
     Inputs are validated by ops/moe_gating.py, not here.
     """
+    return moe_gating_top_k_config(x, k, bias=bias, k_group=k_group, group_count=group_count,
+                                   group_select_mode=group_select_mode, renorm=renorm, norm_type=norm_type,
+                                   out_flag=out_flag, routed_scaling_factor=routed_scaling_factor, eps=eps)
+
+
+def moe_gating_top_k_config(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = None, k_group: int = 1,
+                            group_count: int = 1, group_select_mode: int = 0, renorm: int = 0, norm_type: int = 0,
+                            out_flag: bool = False, routed_scaling_factor: float = 1.0, eps: float = 1e-20,
+                            config: dict | None = None, backend_key: str | None = None):
+    """:func:`moe_gating_top_k` with explicit launch settings (``config`` entries override the table's
+    tile_elems / max_block_t / num_warps / grid_cap, or give BLOCK_T directly) — for perf sweeps."""
     T, E = x.shape
     dev = x.device
     y = torch.empty((T, k), dtype=x.dtype, device=dev)
@@ -174,9 +185,10 @@ def moe_gating_top_k(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = Non
     G = group_count
     GS = E // G
     g_pad, gs_pad = triton.next_power_of_2(G), triton.next_power_of_2(GS)
-    cfg = _all_configs()[_backend_key(dev)]
+    cfg = {**_all_configs()[backend_key or _backend_key(dev)], **(config or {})}
     block_t = max(1, min(int(cfg["tile_elems"]) // (g_pad * gs_pad), int(cfg["max_block_t"]),
                          triton.next_power_of_2(T)))
+    block_t = int(cfg.get("BLOCK_T", block_t))
     block_t = triton.next_power_of_2(block_t) if block_t & (block_t - 1) else block_t
     n_blocks = triton.cdiv(T, block_t)
     cap = int(cfg["grid_cap"])
@@ -217,4 +229,4 @@ def ascend_compile_cases() -> list[dict]:
     return cases
 
 
-__all__ = ["moe_gating_top_k", "supports_reason", "supports_reason_moe_gating_top_k", "ascend_compile_cases"]
+__all__ = ["moe_gating_top_k", "moe_gating_top_k_config", "supports_reason", "supports_reason_moe_gating_top_k", "ascend_compile_cases"]

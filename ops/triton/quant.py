@@ -337,12 +337,13 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
 # ==============================================================================================
 @triton.jit
 def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr,
-                M, N, K, K_PER_SPLIT,
+                M, N, K, K_PER_SPLIT, SPLIT_K,
                 stride_xm, stride_xk, stride_wk, stride_wn, stride_om,
-                SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
+                PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """One work item = (split, BLOCK_M × BLOCK_N output tile). SPLIT_K == 1: fused fp32 epilogue;
-    else int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel."""
+    """One work item = (split, BLOCK_M × BLOCK_N output tile). PARTIALS False (SPLIT_K == 1): fused fp32
+    epilogue; True: int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel. SPLIT_K is a
+    runtime value so the split choice does not multiply compilations."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -378,7 +379,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr,
         om = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         on = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         omask = (om < M)[:, None] & (on < N)[None, :]
-        if SPLIT_K == 1:
+        if not PARTIALS:
             ws = tl.load(ws_ptr + rn).to(tl.float32)
             xs = tl.load(xs_ptr + rm).to(tl.float32)
             o = acc.to(tl.float32) * ws[None, :] * xs[:, None]
@@ -392,8 +393,8 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr,
 
 
 @triton.jit
-def _qmm_epilogue_kernel(part_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, M, N, stride_om,
-                         SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _qmm_epilogue_kernel(part_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, M, N, SPLIT_K, stride_om,
+                         HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """out = (Σ_split part[split]) · weight_scale · x_scale (+ bias), splits added in order (deterministic)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -407,8 +408,10 @@ def _qmm_epilogue_kernel(part_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, M, N, stri
         m2 = mm[:, None] & mn[None, :]
         offs = om.to(tl.int64)[:, None] * N + on[None, :]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-        for s in range(SPLIT_K):
-            acc += tl.load(part_ptr + s * M * N + offs, mask=m2, other=0)
+        p = part_ptr + offs
+        for _s in range(0, SPLIT_K):
+            acc += tl.load(p, mask=m2, other=0)
+            p += M * N
         ws = tl.load(ws_ptr + on, mask=mn, other=0.0).to(tl.float32)
         xs = tl.load(xs_ptr + om, mask=mm, other=0.0).to(tl.float32)
         o = acc.to(tl.float32) * ws[None, :] * xs[:, None]
@@ -506,17 +509,17 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     if dev.type == "cuda":
         launch["num_stages"] = int(plan["num_stages"])
     _qmm_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part,
-                         M, N, K, k_per,
+                         M, N, K, k_per, sk,
                          x_int8.stride(0), x_int8.stride(1), weight_int8.stride(0), weight_int8.stride(1), out.stride(0),
-                         SPLIT_K=sk, HAS_BIAS=has_bias, EVEN_K=(K % bk == 0),
+                         PARTIALS=sk > 1, HAS_BIAS=has_bias, EVEN_K=(K % bk == 0),
                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), **launch)
     if sk > 1:
         e = cfg["epilogue"]
         ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
         etiles = triton.cdiv(M, ebm) * triton.cdiv(N, ebn)
         _qmm_epilogue_kernel[(_grid(etiles, int(e.get("grid_cap", 0))),)](
-            part, weight_scale, x_scale, bias_arg, out, M, N, out.stride(0),
-            SPLIT_K=sk, HAS_BIAS=has_bias, BLOCK_M=ebm, BLOCK_N=ebn, num_warps=int(e["num_warps"]))
+            part, weight_scale, x_scale, bias_arg, out, M, N, sk, out.stride(0),
+            HAS_BIAS=has_bias, BLOCK_M=ebm, BLOCK_N=ebn, num_warps=int(e["num_warps"]))
     return out
 
 
@@ -552,28 +555,27 @@ def ascend_compile_cases() -> list[dict]:
                     cases.append(dict(name=name, fn=fn, signature=sig, constexprs=ce))
     q = cfgs["quant_matmul"]
     for b in q["buckets"]:
-        for sk in sorted({1, int(q["max_split_k"])} if b.get("split_k", "auto") == "auto" else {int(b["split_k"])}):
+        for partials in ((False, True) if b.get("split_k", "auto") == "auto" else (int(b["split_k"]) > 1,)):
             for even in (True, False):
                 for out in ("*bf16", "*fp16"):
                     sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
-                           "out_ptr": out, "part_ptr": "*i32" if sk > 1 else out, "M": "i32", "N": "i32", "K": "i32",
-                           "K_PER_SPLIT": "i32", "stride_xm": "i32", "stride_xk": "i32", "stride_wk": "i32",
-                           "stride_wn": "i32", "stride_om": "i32", "SPLIT_K": "constexpr", "HAS_BIAS": "constexpr",
-                           "EVEN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
-                           "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
-                    ce = dict(SPLIT_K=sk, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
+                           "out_ptr": out, "part_ptr": "*i32" if partials else out, "M": "i32", "N": "i32", "K": "i32",
+                           "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32", "stride_xk": "i32",
+                           "stride_wk": "i32", "stride_wn": "i32", "stride_om": "i32", "PARTIALS": "constexpr",
+                           "HAS_BIAS": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr",
+                           "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
+                    ce = dict(PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]))
-                    cases.append(dict(name=f"quant_matmul_m{b['max_m']}_sk{sk}_{'even' if even else 'tail'}_{out[1:]}",
+                    tag = "splitk" if partials else "fused"
+                    cases.append(dict(name=f"quant_matmul_m{b['max_m']}_{tag}_{'even' if even else 'tail'}_{out[1:]}",
                                       fn=_qmm_kernel, signature=sig, constexprs=ce))
     e = q["epilogue"]
-    for sk in (2, int(q["max_split_k"])):
-        for out in ("*bf16", "*fp16"):
-            sig = {"part_ptr": "*i32", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32", "out_ptr": out,
-                   "M": "i32", "N": "i32", "stride_om": "i32", "SPLIT_K": "constexpr", "HAS_BIAS": "constexpr",
-                   "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
-            cases.append(dict(name=f"quant_matmul_epilogue_sk{sk}_{out[1:]}", fn=_qmm_epilogue_kernel, signature=sig,
-                              constexprs=dict(SPLIT_K=sk, HAS_BIAS=True, BLOCK_M=int(e["BLOCK_M"]),
-                                              BLOCK_N=int(e["BLOCK_N"]))))
+    for out in ("*bf16", "*fp16"):
+        sig = {"part_ptr": "*i32", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32", "out_ptr": out,
+               "M": "i32", "N": "i32", "SPLIT_K": "i32", "stride_om": "i32", "HAS_BIAS": "constexpr",
+               "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
+        cases.append(dict(name=f"quant_matmul_epilogue_{out[1:]}", fn=_qmm_epilogue_kernel, signature=sig,
+                          constexprs=dict(HAS_BIAS=True, BLOCK_M=int(e["BLOCK_M"]), BLOCK_N=int(e["BLOCK_N"]))))
     return cases
 
 

@@ -104,7 +104,7 @@ def poison_like_empty():
 def check_dynamic_quant(dev, Ms, gen):
     log("\n## dynamic_quant")
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        for K in DQ_KS:
+        for K in (DQ_KS if dtype == torch.bfloat16 else DQ_KS[1::3]):
             bad = []
             for M in Ms:
                 for smooth in (False, True):
@@ -136,7 +136,7 @@ def check_dynamic_quant(dev, Ms, gen):
 def check_rms_norm_dynamic_quant(dev, Ms, gen):
     log("\n## rms_norm_dynamic_quant")
     for dtype in (torch.bfloat16, torch.float16):
-        for H in RMS_HS:
+        for H in (RMS_HS if dtype == torch.bfloat16 else RMS_HS[-1:]):
             tie_diffs, total, msgs = 0, 0, []
             for M in Ms:
                 for res, smooth in ((True, True), (False, False), (True, False)):
@@ -267,7 +267,7 @@ def check_gating(dev, Ts, gen):
         return y, idx
 
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        for T in Ts:
+        for T in (Ts if dtype == torch.bfloat16 else Ts[-3:]):
             x = (2 * torch.randn(T, 256, generator=gen, device=dev)).to(dtype)
             run(x, tag="deepseek", bias=0.5 * torch.randn(256, generator=gen, device=dev))
     x = torch.randn(64, 256, generator=gen, device=dev).to(torch.bfloat16)
