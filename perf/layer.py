@@ -131,7 +131,7 @@ def builtin_layer(device: torch.device, mode: str):
     return desc, layer, (x, cache), {}
 
 
-def _builds(device: torch.device, dtype: torch.dtype):
+def _builds(device: torch.device, dtype: torch.dtype, modes=("bf16", "a8w8")):
     """[(description, fn, args, kwargs) | None, reason] for each layer to profile."""
     try:
         import ops.deepseek_layer as mod
@@ -146,7 +146,7 @@ def _builds(device: torch.device, dtype: torch.dtype):
         return [built], ""
     out, reasons = [], [reason]
     if hasattr(mod, "DeepseekV3DecodeLayer") and hasattr(mod, "PagedCache"):
-        for mode in ("bf16", "a8w8"):
+        for mode in modes:
             try:
                 out.append(builtin_layer(device, mode))
             except Exception as e:  # noqa: BLE001
@@ -206,12 +206,12 @@ def _profile_one(dev, desc, fn, args, kwargs, peaks, ceilings, specs) -> dict:
 
 
 def layer_view(device: str | torch.device, *, dtype: torch.dtype = torch.bfloat16, peaks=None, ceilings=None,
-               specs: dict | None = None) -> dict:
+               specs: dict | None = None, modes=("bf16", "a8w8")) -> dict:
     """Run the layer view; returns ``{"available": bool, "reason": str, "views": [view]}``; a view is
     ``{layer, total_us, profiled_us, layer_flops, time_basis, ops: [{op, calls, flops, time_us, share_pct, tflops,
-    pct_peak, pct_achievable}]}``."""
+    pct_peak, pct_achievable}]}``. ``modes``: which built-in layers to build when the module has no hook."""
     dev = torch.device(device)
-    builds, reason = _builds(dev, dtype)
+    builds, reason = _builds(dev, dtype, modes)
     if not builds:
         return {"available": False, "reason": reason, "views": []}
     views, errors = [], []

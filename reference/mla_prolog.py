@@ -8,16 +8,13 @@ semantics), CANN ``attention/mla_prolog`` kernels (order of operations and round
 
 Modes (inferred from dtypes, see :func:`infer_mode`):
 
-=========  ===========  ============  ========  ========  ===============================================
-token_x    weight_uq_qr  kv_cache      kr_cache  name      meaning
-=========  ===========  ============  ========  ========  ===============================================
-float      float         float         float     bf16      no quantisation
-float      int8          float         float     partial   W_UQ_QR int8 per-channel, c_q dynamically quantised
-float      int8          int8          int8      partial   + C8 per-channel (or per-tensor) cache quant
-int8       int8          float         float     full      A8W8: x per-token, all three weights per-channel
-int8       int8          int8          float     full      + C8 per-tensor kv cache, query int8 per (token, head)
-float      float         int8          int8      bf16      + C8 (an extension; CANN has no such scenario)
-=========  ===========  ============  ========  ========  ===============================================
+    token_x  weight_uq_qr  kv_cache  kr_cache  scenario
+    float    float         float     float     bf16: no quantisation
+    float    int8          float     float     partial: W_UQ_QR int8 per-channel, c_q dynamically quantised
+    float    int8          int8      int8      partial + C8: per-channel (or per-tensor) cache quant
+    int8     int8          float     float     full (A8W8): x per-token, all three weights per-channel
+    int8     int8          int8      float     full + C8: per-tensor kv cache, query int8 per (token, head)
+    float    float         int8      int8      bf16 + C8 (an extension; CANN has no such scenario)
 
 "float" is the activation dtype ``dt = weight_uk.dtype`` (bf16 in CANN; fp16/fp32 also accepted here).
 """
@@ -27,6 +24,7 @@ import math
 
 import torch
 
+from . import quant as _quant
 from .deepseek import rms_norm, rope
 
 INT8_K_CHUNK = 1024  # 1024·128·128 = 2^24: fp32 partial sums of int8 products stay exact
@@ -78,20 +76,14 @@ def round_half_even_int8(y: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
 
 
 def dynamic_quant_int8(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-row dynamic int8 quantisation (the same rule as ``ds::dynamic_quant``).
+    """Symmetric per-row dynamic int8 quantisation: exactly ``ds::dynamic_quant``'s rule
+    (reference.quant.quantize_rows, one source of truth).
 
-    y: [..., K] fp32. Returns (q [..., K] int8, scale [...] fp32) with ``scale = rowmax|y| / 127`` and
-    ``q = round_half_even(y / scale)`` clamped to [−127, 127]. An all-zero row gets scale 0 and q 0;
-    a row containing NaN gets a NaN scale (q 0 there).
+    y: [..., K] fp32, K ≥ 1. Returns (q [..., K] int8, scale [...] fp32) with ``scale = rowmax|y| / 127``
+    and ``q = round_half_even(y / scale)`` clamped to [−127, 127]. An all-zero row gets scale 0 and q 0;
+    a row containing NaN gets a NaN scale and q 0.
     """
-    y = y.float()
-    scale = y.abs().amax(-1) / 127.0 if y.shape[-1] else y.new_zeros(y.shape[:-1])
-    if y.shape[-1]:
-        scale = torch.where(torch.isnan(y).any(-1), torch.full_like(scale, float("nan")), scale)
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = round_half_even_int8(y / safe[..., None], -127, 127)
-    q = torch.where((scale > 0)[..., None], q, torch.zeros_like(q))
-    return q, scale
+    return _quant.quantize_rows(y.float())
 
 
 def _per_channel(s: torch.Tensor) -> torch.Tensor:

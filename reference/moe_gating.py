@@ -72,7 +72,14 @@ def moe_gating_top_k(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = Non
         NaN). Always written — torch_npu fills it only when out_flag is True and leaves it
         uninitialised otherwise; we always fill it so the op is deterministic.
 
-    T = 0 gives empty outputs. Validation lives in ops/moe_gating.py.
+    T = 0 gives empty outputs.
+
+    Raises (checked by the registered op ``ds::moe_gating_top_k``, ops/moe_gating.py; this reference
+    trusts its inputs): TypeError if x is not a float tensor, an int attribute is not an int, or bias is
+    neither fp32 nor x's dtype; ValueError if x is not 2-D, group_count does not divide E, k_group is
+    outside [1, group_count], k outside [1, k_group·E/group_count], group_select_mode / renorm /
+    norm_type outside {0, 1}, mode 1 with < 2 experts per group, bias is not [E], or eps < 0 /
+    routed_scaling_factor non-finite.
     """
     T, E = x.shape
     xf = x.float()

@@ -71,6 +71,10 @@ def dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = None)
     quantises to ±127 (never −128); a NaN in a row makes that row's scale NaN and its q all 0; x of
     shape (0, K) gives empty outputs. See :func:`quantize_rows`.
 
+    Raises (checked by the registered op ``ds::dynamic_quant``, ops/quant.py; this reference trusts its
+    inputs): TypeError if x is not bf16/fp16/fp32 or smooth_scales not a float tensor; ValueError if K = 0
+    or smooth_scales is not [K] on x's device.
+
     Mirrors ``torch_npu.npu_dynamic_quant(x, smooth_scales=...)`` (pertoken, int8). Differences: the
     CANN kernel computes ``q = rint(y · (127/max))`` and stores ``scale = 1/(127/max)``, which can differ
     from ours by 1 ulp (scale) and 1 LSB at near-ties (q); and it has no zero-row guard.
@@ -113,6 +117,10 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
     x_int8: Tensor[(..., H)], int8; scale: Tensor[(...)], float32 per-token scale;
     residual_out: Tensor[(..., H)], x.dtype: the new residual stream (always a new tensor, never an
     alias of x, because a custom op may not return an input).
+
+    Raises (checked by ``ds::rms_norm_dynamic_quant``, ops/quant.py): TypeError for non-float x / gamma /
+    smooth_scales or a residual whose dtype differs from x's; ValueError if H = 0, gamma or smooth_scales
+    is not [H], residual's shape differs from x's, a device differs, or epsilon < 0.
 
     Mirrors ``torch_npu.npu_add_rms_norm_dynamic_quant(x1, x2, gamma, smooth_scale1=...)`` outputs
     (y1, x_out, scale1) — with RmsNorm as division (``rms_norm`` of reference/deepseek.py) where the
@@ -178,6 +186,12 @@ def quant_matmul(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_scale: 
 
     Mirrors ``torch_npu.npu_quant_matmul(x1, x2, scale, pertoken_scale=x_scale, bias=bias,
     output_dtype=out_dtype)`` on Atlas A2/A3 (float bias added after scaling; int32 bias is not supported here).
+
+    Raises (checked by ``ds::quant_matmul``, ops/quant.py): TypeError if x_int8 / weight_int8 are not int8,
+    weight_scale / x_scale not fp32 (fp16 scales are rejected like torch_npu, vllm-ascend#7443), bias not
+    float, or out_dtype not bf16/fp16/fp32; ValueError if weight_int8.shape[0] != K (names both), x_scale
+    is not 1-D [M] (vllm-ascend#3257), weight_scale / bias not [N], devices differ, or K > 131071 (the int32
+    accumulator could overflow).
     """
     acc = int8_matmul_exact(x_int8, weight_int8)
     out = acc.float() * weight_scale.float()[None, :]

@@ -9,7 +9,6 @@ in fp64, rounds to the activation dtype at the documented rounding points, and a
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from hypothesis import example, given, settings, strategies as st
 import ops
 from ops import mla_prolog as M
 from reference import mla_prolog as R
-from tolerances import assert_close, cos_diff
+from tolerances import assert_close
 
 from transformers import DeepseekV3Config
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import (

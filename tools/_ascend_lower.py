@@ -220,14 +220,38 @@ def _validate_case(case, index: int) -> str | None:
     return None
 
 
-def _frontend_message(e: Exception) -> str:
-    """The reason first: triton's CompilationError reads 'at L:C:', the source, a caret line, then the cause."""
-    lines = [ln.rstrip() for ln in str(e).splitlines() if ln.strip()]
-    if type(e).__name__ == "CompilationError" and len(lines) >= 2:
-        caret = next((i for i, ln in enumerate(lines) if ln.strip() == "^"), None)
-        src = lines[caret - 1].strip() if caret else ""
-        return f"{lines[-1].strip()} ({lines[0].strip()} `{src}`)"[:2000]
-    return (f"{type(e).__name__}: " + " | ".join(ln.strip() for ln in lines))[:2000]
+def _frontend_message(e: BaseException) -> str:
+    """The reason first, then where: triton's CompilationError chain (a kernel calling a helper nests them) is
+    unwound to the innermost message, with `function:line` of each level, innermost first."""
+    where, seen, cur = [], 0, e
+    while cur is not None and type(cur).__name__ in ("CompilationError", "CompileTimeAssertionFailure") \
+            and seen < 16:
+        src, node = getattr(cur, "src", None) or "", getattr(cur, "node", None)
+        m = re.search(r"def\s+(\w+)", src)
+        line = getattr(node, "lineno", None)
+        text = src.split("\n")[line - 1].strip() if line and src.count("\n") >= line - 1 else ""
+        where.append(f"{m.group(1) if m else '?'}:{line} `{text}`")
+        nxt = cur.__cause__ or cur.__context__
+        if nxt is None:
+            msg = getattr(cur, "error_message", None) or ""
+            break
+        cur, seen = nxt, seen + 1
+    else:
+        msg = f"{type(cur).__name__}: {cur}" if cur is not None else ""
+    lines = [ln.strip() for ln in str(msg).splitlines() if ln.strip()]
+    if any(re.search(r":\d+:\d+: error:", ln) for ln in lines):
+        # triton-adapter-opt / MLIR diagnostics: keep each error with the source line that follows it
+        keep = []
+        for k, ln in enumerate(lines):
+            if re.search(r":\d+:\d+: error:", ln):
+                keep.append(re.sub(r"^\S*?([\w.]+\.py:\d+:\d+:)", r"\1", ln))
+                if k + 1 < len(lines) and not re.search(r":\d+:\d+:", lines[k + 1]):
+                    keep.append("`" + lines[k + 1] + "`")
+        lines = [f"{type(cur).__name__}:"] + keep
+    text = " | ".join(lines)
+    if where:
+        text += " (at " + " <- ".join(reversed(where)) + ")"
+    return text[:3000]
 
 
 def _slug(s: str) -> str:
@@ -276,6 +300,15 @@ def check_module(path: str, repo: str, out: str, arch: str) -> dict:
             covered.add(getattr(fn, "__name__", None))
         if err:
             continue
+        # triton 3.2 reads the signature by position: put it in the kernel's parameter order, after checking
+        # that the names are the kernel's
+        names = list(getattr(fn, "arg_names", None) or case["signature"])
+        if set(names) != set(case["signature"]):
+            entry["error"] = (f"case {entry['name']}: signature names do not match the parameters of "
+                              f"{getattr(fn, '__name__', fn)}: missing {sorted(set(names) - set(case['signature']))}, "
+                              f"unknown {sorted(set(case['signature']) - set(names))}")
+            continue
+        case = dict(case, signature={k: case["signature"][k] for k in names})
         entry.update(kernel=getattr(fn, "__name__", repr(fn)), signature=dict(case["signature"]),
                      constexprs={k: (v if isinstance(v, (int, float, bool, str)) or v is None else repr(v))
                                  for k, v in case["constexprs"].items()},

@@ -122,7 +122,7 @@ def _moe_gating_kernel(x_ptr, bias_ptr, y_ptr, idx_ptr, norm_ptr, T, stride_xt, 
             wts = tl.where(kcol == r, w[:, None], wts)
         if RENORM:
             tot = tl.sum(wts, axis=1) + eps
-            wts = tl.math.div_rn(wts, tot[:, None])
+            wts = tl.math.div_rn(wts, tl.broadcast_to(tot[:, None], wts.shape))
         wts = wts * rsf
         kmask = rmask[:, None] & (kcol < K)
         tl.store(y_ptr + rows64[:, None] * K + kcol, wts.to(y_ptr.dtype.element_ty), mask=kmask)
@@ -205,7 +205,12 @@ def moe_gating_top_k_config(x: torch.Tensor, k: int, *, bias: torch.Tensor | Non
 def ascend_compile_cases() -> list[dict]:
     """(kernel × Ascend launch config) cases for the triton-ascend 3.2 + bishengir compile check:
     DeepSeek-V3 (E=256, 8 groups, top-4 groups, k=8), k=6, a flat softmax router (E=64, k=6) and E=512."""
-    cfg = _all_configs()["ascend"]
+    return compile_cases("ascend")
+
+
+def compile_cases(table: str = "ascend") -> list[dict]:
+    """The routing configs of :func:`ascend_compile_cases` with ``table``'s launch settings."""
+    cfg = _all_configs()[table]
     cases = []
     for name, E, G, KG, K, mode, sig, renorm in (("deepseek_v3", 256, 8, 4, 8, 1, True, True),
                                                 ("deepseek_v3_k6", 256, 8, 4, 6, 1, True, True),
@@ -225,8 +230,9 @@ def ascend_compile_cases() -> list[dict]:
                            "BLOCK_T": "constexpr"},
                 constexprs=dict(E=E, G=G, GS=gs, G_PAD=g_pad, GS_PAD=gs_pad, K=K, K_PAD=triton.next_power_of_2(K),
                                 KG=KG if G > 1 else 1, GROUP_MODE=mode, SIGMOID=sig, RENORM=renorm, HAS_BIAS=True,
-                                BLOCK_T=block_t)))
+                                BLOCK_T=block_t), num_warps=int(cfg["num_warps"])))
     return cases
 
 
-__all__ = ["moe_gating_top_k", "moe_gating_top_k_config", "supports_reason", "supports_reason_moe_gating_top_k", "ascend_compile_cases"]
+__all__ = ["moe_gating_top_k", "moe_gating_top_k_config", "supports_reason", "supports_reason_moe_gating_top_k", "ascend_compile_cases",
+           "compile_cases"]

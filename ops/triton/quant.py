@@ -93,6 +93,7 @@ def _rint(v):
 def _quantize_tile(y, scale):
     """int8 q = clamp(rint(y / scale), −127, 127); 0 where scale == 0 (all-zero row) or the quotient is NaN."""
     safe = tl.where(scale > 0, scale, 1.0)
+    y, safe = tl.broadcast(y, safe)  # div_rn does not broadcast on every triton version
     v = tl.math.div_rn(y, safe)
     v = tl.where(scale > 0, v, 0.0)
     v = tl.where(v == v, v, 0.0)  # NaN -> 0 (the row's scale already says NaN)
@@ -192,7 +193,7 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
             ms = tl.math.div_rn(tl.sum(h * h, axis=1), tl.full([BLOCK_M], K, tl.float32))
             rms = tl.math.sqrt_rn(ms + eps)
             g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-            y = tl.math.div_rn(h, rms[:, None]) * g[None, :]
+            y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g[None, :]
             if HAS_SMOOTH:
                 y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
             y = tl.where(m2, y, 0.0)
@@ -218,7 +219,7 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
                 m2 = rmask[:, None] & cmask[None, :]
                 h = _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES)
                 g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-                y = tl.math.div_rn(h, rms[:, None]) * g[None, :]
+                y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g[None, :]
                 if HAS_SMOOTH:
                     y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
                 y = tl.where(m2, y, 0.0)
@@ -231,7 +232,7 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
                 m2 = rmask[:, None] & cmask[None, :]
                 h = _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES)
                 g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-                y = tl.math.div_rn(h, rms[:, None]) * g[None, :]
+                y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g[None, :]
                 if HAS_SMOOTH:
                     y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
                 q = _quantize_tile(y, scale[:, None])
@@ -528,7 +529,12 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
 # ==============================================================================================
 def ascend_compile_cases() -> list[dict]:
     """(kernel × Ascend launch config) cases for the triton-ascend 3.2 + bishengir compile check."""
-    cfgs = _all_configs()["ascend"]
+    return compile_cases("ascend")
+
+
+def compile_cases(table: str = "ascend") -> list[dict]:
+    """(kernel × launch config of ``table``) cases: dict(name, fn, signature, constexprs, num_warps, num_stages)."""
+    cfgs = _all_configs()[table]
     cases: list[dict] = []
     for op, fn in (("dynamic_quant", _dynamic_quant_kernel), ("rms_norm_dynamic_quant", _rms_norm_quant_kernel)):
         c = cfgs[op]
@@ -552,7 +558,7 @@ def ascend_compile_cases() -> list[dict]:
                         ce = dict(HAS_RES=True, HAS_SMOOTH=smooth, BLOCK_M=block_m,
                                   BLOCK_K=block_k, SINGLE=single)
                     name = f"{op}_{'single' if single else 'chunked'}_bm{block_m}_bk{block_k}_{'smooth' if smooth else 'plain'}_{dt[1:]}"
-                    cases.append(dict(name=name, fn=fn, signature=sig, constexprs=ce))
+                    cases.append(dict(name=name, fn=fn, signature=sig, constexprs=ce, num_warps=int(c["num_warps"])))
     q = cfgs["quant_matmul"]
     for b in q["buckets"]:
         for partials in ((False, True) if b.get("split_k", "auto") == "auto" else (int(b["split_k"]) > 1,)):
@@ -568,17 +574,19 @@ def ascend_compile_cases() -> list[dict]:
                               BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]))
                     tag = "splitk" if partials else "fused"
                     cases.append(dict(name=f"quant_matmul_m{b['max_m']}_{tag}_{'even' if even else 'tail'}_{out[1:]}",
-                                      fn=_qmm_kernel, signature=sig, constexprs=ce))
+                                      fn=_qmm_kernel, signature=sig, constexprs=ce, num_warps=int(b["num_warps"]),
+                                      num_stages=int(b["num_stages"])))
     e = q["epilogue"]
     for out in ("*bf16", "*fp16"):
         sig = {"part_ptr": "*i32", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32", "out_ptr": out,
                "M": "i32", "N": "i32", "SPLIT_K": "i32", "stride_om": "i32", "HAS_BIAS": "constexpr",
                "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
         cases.append(dict(name=f"quant_matmul_epilogue_{out[1:]}", fn=_qmm_epilogue_kernel, signature=sig,
-                          constexprs=dict(HAS_BIAS=True, BLOCK_M=int(e["BLOCK_M"]), BLOCK_N=int(e["BLOCK_N"]))))
+                          constexprs=dict(HAS_BIAS=True, BLOCK_M=int(e["BLOCK_M"]), BLOCK_N=int(e["BLOCK_N"])),
+                          num_warps=int(e["num_warps"])))
     return cases
 
 
 __all__ = ["dynamic_quant", "rms_norm_dynamic_quant", "quant_matmul", "quant_matmul_config", "plan_quant_matmul",
            "supports_reason_dynamic_quant", "supports_reason_rms_norm_dynamic_quant", "supports_reason_quant_matmul",
-           "ascend_compile_cases"]
+           "ascend_compile_cases", "compile_cases"]

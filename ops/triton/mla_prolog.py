@@ -1,0 +1,636 @@
+"""Triton kernels for ``ds::mla_prolog`` (fused MLA pre-attention, mirrors ``torch_npu.npu_mla_prolog_v3``).
+
+One source for CUDA (triton ≥ 3.2; tested with 3.6 on the H200), Ascend (triton-ascend 3.2) and the CPU
+interpreter (``TRITON_INTERPRET=1``). Semantics and rounding points: reference/mla_prolog.py and DESIGN.md
+§ds::mla_prolog. Launch configs are data: ``ops/triton/configs/mla_prolog.json`` keyed ``"cuda"`` /
+``"ascend"`` (the CPU interpreter uses ``"ascend"`` so CI exercises the persistent-loop path).
+
+Three launches per call; decode (T ≤ 128) is weight-streaming bound, so each kernel is built to read
+its weights once with enough programs to fill the device:
+
+1. :func:`_down_kernel` — ``x @ [W_DQ ‖ W_DKV_KR]`` in ONE launch: column tiles below ``cdiv(Hcq, BLOCK_N)``
+   read W_DQ, the rest W_DKV_KR (a tile never straddles both). Split-K over He so that T = 1 still has
+   ≥ 2 programs per SM; partial sums go to a workspace ``[SPLIT_K, T, Hcq + Hckv + Dr]`` (fp32, or exact
+   int32 for A8W8) with plain stores (no atomics: deterministic).
+2. :func:`_row_kernel` — one program per token: adds the split-K partials in a fixed order, applies the
+   A8W8 dequant (``acc · w_scale[col] · x_scale[t]``), rounds ``cq`` and ``[ckv ‖ kr]`` to the activation
+   dtype (the reference's rounding points), then RmsNorm(cq) → ``cqn`` (dt; or × smooth → per-token int8
+   dynamic quant when W_UQ_QR is int8), RmsNorm(ckv) and RoPE(kr) (interleaved pairs in, rotate-half out)
+   → scatter into kv_cache / kr_cache row ``cache_index[t]`` (bf16/fp16, or C8 int8 = RNE(v · quant_scale)
+   saturated to [−128, 127]). Negative ids and ids ≥ num_blocks·block_size are never written (masked
+   stores, so the kernel cannot write outside the cache even with eager checks off).
+3. :func:`_query_kernel` — one program per (head, token tile): ``cqn @ W_UQ_QR[:, head]`` over the head's
+   D nope columns and its Dr rope columns (read as even / odd columns, which de-interleaves the pairs
+   for free); epilogue: dequant (int8) → round to dt → the nope part is multiplied by W_UK[head]
+   (absorption, in chunks of BLOCK_C) → ``query`` (dt; or int8 per (token, head) with
+   ``dequant_scale_q_nope`` in the full + C8 mode, two passes over W_UK[head]), and the rope part gets
+   RoPE → ``query_rope`` (÷ dequant_scale_q_nope · quant_scale_ckv in full + C8).
+
+All quant modes of the reference (bf16, partial, full A8W8, and each with C8) run in these three kernels.
+
+Portability: triton-ascend 3.2 subset; ``tl.dot`` accumulates in fp32 / int32 (``out_dtype=tl.int32`` is
+spelled out), fp32 operands use ``input_precision="ieee"`` (no TF32); divisions and sqrt that set
+rounding points use ``tl.math.div_rn`` / ``tl.math.sqrt_rn``; round-half-even is ``(v + 1.5·2²³) − 1.5·2²³``
+(no libdevice). No host synchronisation: T = 0 returns without a launch, every other decision reads
+shapes only. Offsets into caches and weights are int64.
+
+Weights are read through their strides (any layout is accepted). Fast layouts: bf16/fp16 weights as
+given (row-major [K, N]); int8 weights K-major on CUDA (Hopper's 8-bit MMA wants both operands K-major):
+:func:`pack_weights` produces that once, offline.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+_CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "mla_prolog.json")
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def _all_configs() -> dict:
+    with open(_CONFIG_PATH) as f:
+        return json.load(f)
+
+
+def _backend_key(device: torch.device) -> str:
+    """'cuda' for NVIDIA; 'ascend' for NPUs and for the CPU interpreter (exercises the persistent loops)."""
+    return "cuda" if device.type == "cuda" else "ascend"
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _cores(cfg: dict, device: torch.device) -> int:
+    c = int(cfg.get("cores", 0))
+    if c > 0:
+        return c
+    if device.type == "cuda":
+        return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return 20
+
+
+def _grid(n_items: int, cap: int) -> int:
+    return max(1, min(n_items, cap) if cap > 0 else n_items)
+
+
+def _bucket(T: int, buckets: list[dict]) -> dict:
+    for b in buckets:
+        if T <= int(b["max_t"]):
+            return b
+    return buckets[-1]
+
+
+# ==============================================================================================
+# device helpers
+# ==============================================================================================
+@triton.jit
+def _rint(v):
+    """fp32 round half to even for |v| < 2**22 (portable: no libdevice)."""
+    return (v + 12582912.0) - 12582912.0
+
+
+@triton.jit
+def _sat_int8(v, LO: tl.constexpr):
+    """fp32 → int8: NaN → 0, clamp to [LO, 127], round half to even (reference.round_half_even_int8)."""
+    v = tl.where(v == v, v, 0.0)
+    v = tl.minimum(tl.maximum(v, LO), 127.0)
+    return _rint(v).to(tl.int8)
+
+
+@triton.jit
+def _dot(a, b, acc, INT8: tl.constexpr, IEEE: tl.constexpr):
+    if INT8:
+        acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+    elif IEEE:
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def _rms_norm(x, mask, gamma, H, eps):
+    """x / sqrt(mean(x²) + eps) · gamma in fp32 (division, not rsqrt-multiply); x is a [BLOCK] row."""
+    x = tl.where(mask, x, 0.0)
+    ss = tl.sum(x * x, axis=0)
+    ms = tl.math.div_rn(ss, ss * 0.0 + H)
+    r = tl.math.sqrt_rn(ms + eps)
+    return tl.math.div_rn(x, tl.zeros_like(x) + r) * gamma
+
+
+# ==============================================================================================
+# 1. x @ [W_DQ ‖ W_DKV_KR], split-K partial sums
+# ==============================================================================================
+@triton.jit
+def _down_kernel(x_ptr, wdq_ptr, wkv_ptr, ws_ptr, T, He, Hcq, Ckv, K_PER_SPLIT, SPLIT_K,
+                 s_xt, s_xk, s_dq_k, s_dq_n, s_kv_k, s_kv_n,
+                 INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """ws[split, t, c] = Σ_{k in split} x[t, k] · W[k, c] with W = [W_DQ ‖ W_DKV_KR] (c < Hcq: W_DQ).
+    Work item = (split, column tile, token tile), token tile fastest (weight tile reuse in L2)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    CT = Hcq + Ckv
+    nt_dq = tl.cdiv(Hcq, BLOCK_N)
+    n_tiles = nt_dq + tl.cdiv(Ckv, BLOCK_N)
+    m_tiles = tl.cdiv(T, BLOCK_M)
+    for item in range(pid, n_tiles * m_tiles * SPLIT_K, nprog):
+        mt = item % m_tiles
+        nt = (item // m_tiles) % n_tiles
+        split = item // (m_tiles * n_tiles)
+        if nt < nt_dq:
+            w_ptr = wdq_ptr
+            s_wk = s_dq_k
+            s_wn = s_dq_n
+            c0 = nt * BLOCK_N
+            n_lim = Hcq
+            out0 = 0
+        else:
+            w_ptr = wkv_ptr
+            s_wk = s_kv_k
+            s_wn = s_kv_n
+            c0 = (nt - nt_dq) * BLOCK_N
+            n_lim = Ckv
+            out0 = Hcq
+        rm = (mt * BLOCK_M + tl.arange(0, BLOCK_M)) % T       # wrap: rows ≥ T are never stored
+        rn = (c0 + tl.arange(0, BLOCK_N)) % n_lim
+        rk = tl.arange(0, BLOCK_K)
+        k_start = split * K_PER_SPLIT
+        a_ptrs = x_ptr + (rm.to(tl.int64)[:, None] * s_xt + (k_start + rk).to(tl.int64)[None, :] * s_xk)
+        b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * s_wk + rn.to(tl.int64)[None, :] * s_wn)
+        if INT8:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        else:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        k_len = tl.minimum(He - k_start, K_PER_SPLIT)
+        for k in range(0, k_len, BLOCK_K):
+            if EVEN_K:
+                a = tl.load(a_ptrs)
+                b = tl.load(b_ptrs)
+            else:
+                km = (k + rk) < k_len
+                a = tl.load(a_ptrs, mask=km[None, :], other=0)
+                b = tl.load(b_ptrs, mask=km[:, None], other=0)
+            acc = _dot(a, b, acc, INT8, IEEE)
+            a_ptrs += BLOCK_K * s_xk
+            b_ptrs += BLOCK_K * s_wk
+        om = mt * BLOCK_M + tl.arange(0, BLOCK_M)
+        on = c0 + tl.arange(0, BLOCK_N)
+        omask = (om < T)[:, None] & (on < n_lim)[None, :]
+        p = ws_ptr + (split.to(tl.int64) * T + om.to(tl.int64)[:, None]) * CT + (out0 + on)[None, :]
+        tl.store(p, acc, mask=omask)
+
+
+# ==============================================================================================
+# 2. per-token row kernel: reduce, dequant, round, RmsNorm(cq) [→ int8], RmsNorm(ckv), RoPE(kr), scatter
+# ==============================================================================================
+@triton.jit
+def _partial_sum(ws_ptr, row_off, cols, mask, SPLIT_K, TCT):
+    """Σ_split ws[split, t, cols] in split order (fp32 or exact int32)."""
+    p = ws_ptr + row_off + cols
+    acc = tl.load(p, mask=mask, other=0)
+    for _s in range(1, SPLIT_K):
+        p += TCT
+        acc += tl.load(p, mask=mask, other=0)
+    return acc
+
+
+@triton.jit
+def _dequant_round(acc, wsc_ptr, cols, mask, xs, dt, INT8: tl.constexpr):
+    """fp32 value of dt(acc) (A8W8: dt(fp32(acc) · w_scale[col] · x_scale))."""
+    if INT8:
+        v = acc.to(tl.float32) * tl.load(wsc_ptr + cols, mask=mask, other=0.0) * xs
+    else:
+        v = acc
+    return v.to(dt).to(tl.float32)
+
+
+@triton.jit
+def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smooth_ptr,
+                sin_ptr, cos_ptr, idx_ptr, kv_ptr, kr_ptr, qsckv_ptr, qsckr_ptr, cqn_ptr, cqs_ptr,
+                T, TCT, Hcq, Hckv, Dr, SPLIT_K, num_slots, block_size,
+                s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_idx,
+                s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, s_cqn,
+                eps_cq, eps_ckv,
+                INT8: tl.constexpr, QUANT_CQ: tl.constexpr, HAS_SMOOTH: tl.constexpr,
+                KV_INT8: tl.constexpr, KR_INT8: tl.constexpr,
+                BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_R: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    dt = dt_ptr.dtype.element_ty
+    CT = Hcq + Hckv + Dr
+    Dr2 = Dr // 2
+    cq_c = tl.arange(0, BLOCK_Q)
+    cq_m = cq_c < Hcq
+    kv_c = tl.arange(0, BLOCK_KV)
+    kv_m = kv_c < Hckv
+    j = tl.arange(0, BLOCK_R)
+    j_m = j < Dr2
+    g_q = tl.load(gq_ptr + cq_c, mask=cq_m, other=0.0).to(tl.float32)
+    g_kv = tl.load(gkv_ptr + kv_c, mask=kv_m, other=0.0).to(tl.float32)
+    for t in range(pid, T, nprog):
+        row = t.to(tl.int64) * CT
+        if INT8:
+            xs = tl.load(xs_ptr + t)
+        else:
+            xs = 1.0
+        # ---- cq → cqn (dt) or (int8, per-token scale) ----
+        acc = _partial_sum(ws_ptr, row, cq_c, cq_m, SPLIT_K, TCT)
+        cq = _dequant_round(acc, wsdq_ptr, cq_c, cq_m, xs, dt, INT8)
+        y = _rms_norm(cq, cq_m, g_q, Hcq, eps_cq)
+        if QUANT_CQ:
+            if HAS_SMOOTH:
+                y = y * tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
+            y = tl.where(cq_m, y, 0.0)
+            amax = tl.max(tl.abs(y), axis=0)
+            nan_count = tl.sum((y != y).to(tl.int32), axis=0)
+            scale = tl.math.div_rn(amax, tl.abs(amax) * 0.0 + 127.0)
+            scale = tl.where(nan_count > 0, float("nan"), scale)
+            safe = tl.where(scale > 0, scale, 1.0)
+            v = tl.math.div_rn(y, tl.zeros_like(y) + safe)
+            v = tl.where(scale > 0, v, 0.0)
+            tl.store(cqn_ptr + t.to(tl.int64) * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
+            tl.store(cqs_ptr + t, scale)
+        else:
+            tl.store(cqn_ptr + t.to(tl.int64) * s_cqn + cq_c, y.to(cqn_ptr.dtype.element_ty), mask=cq_m)
+        # ---- ckv → kv, kr → k_rope ----
+        acc = _partial_sum(ws_ptr, row + Hcq, kv_c, kv_m, SPLIT_K, TCT)
+        ckv = _dequant_round(acc, wskv_ptr, kv_c, kv_m, xs, dt, INT8)
+        kv = _rms_norm(ckv, kv_m, g_kv, Hckv, eps_ckv)
+        ev_c = Hckv + 2 * j
+        acc_e = _partial_sum(ws_ptr, row + Hcq, ev_c, j_m, SPLIT_K, TCT)
+        acc_o = _partial_sum(ws_ptr, row + Hcq, ev_c + 1, j_m, SPLIT_K, TCT)
+        e = _dequant_round(acc_e, wskv_ptr, ev_c, j_m, xs, dt, INT8)
+        o = _dequant_round(acc_o, wskv_ptr, ev_c + 1, j_m, xs, dt, INT8)
+        tq = t.to(tl.int64)
+        c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+        c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+        s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+        s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+        r_lo = e * c_lo + (-o) * s_lo
+        r_hi = o * c_hi + e * s_hi
+        # ---- scatter (PA_BSND): slot → (slot // block_size, slot % block_size) ----
+        slot = tl.load(idx_ptr + tq * s_idx)
+        ok = (slot >= 0) & (slot < num_slots)
+        slot = tl.where(ok, slot, 0)
+        blk = slot // block_size
+        off = slot - blk * block_size
+        kv_row = kv_ptr + blk * s_kv_b + off * s_kv_s
+        kr_row = kr_ptr + blk * s_kr_b + off * s_kr_s
+        if KV_INT8:
+            qs = tl.load(qsckv_ptr + kv_c * s_qsckv, mask=kv_m, other=0.0)
+            tl.store(kv_row + kv_c * s_kv_c, _sat_int8(kv * qs, -128.0), mask=kv_m & ok)
+        else:
+            tl.store(kv_row + kv_c * s_kv_c, kv.to(kv_ptr.dtype.element_ty), mask=kv_m & ok)
+        if KR_INT8:
+            q_lo = tl.load(qsckr_ptr + j * s_qsckr, mask=j_m, other=0.0)
+            q_hi = tl.load(qsckr_ptr + (j + Dr2) * s_qsckr, mask=j_m, other=0.0)
+            tl.store(kr_row + j * s_kr_c, _sat_int8(r_lo * q_lo, -128.0), mask=j_m & ok)
+            tl.store(kr_row + (j + Dr2) * s_kr_c, _sat_int8(r_hi * q_hi, -128.0), mask=j_m & ok)
+        else:
+            tl.store(kr_row + j * s_kr_c, r_lo.to(kr_ptr.dtype.element_ty), mask=j_m & ok)
+            tl.store(kr_row + (j + Dr2) * s_kr_c, r_hi.to(kr_ptr.dtype.element_ty), mask=j_m & ok)
+
+
+# ==============================================================================================
+# 3. per-head query GEMM + W_UK absorption + RoPE
+# ==============================================================================================
+@triton.jit
+def _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_C: tl.constexpr):
+    cc = c0 + tl.arange(0, BLOCK_C)
+    c_m = cc < Hckv
+    u = tl.load(wuk_ptr + h_off + dcol.to(tl.int64)[:, None] * s_ud + cc.to(tl.int64)[None, :] * s_uc,
+                mask=d_m[:, None] & c_m[None, :], other=0.0)
+    q = _dot(qc, u, tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32), False, IEEE)
+    return q, cc, c_m
+
+
+@triton.jit
+def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr,
+                  q_ptr, qr_ptr, dsq_ptr,
+                  T, Hcq, NH, D, Dr, Hckv,
+                  s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d,
+                  s_qt, s_qh, s_qrt, s_qrh,
+                  INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+                  BLOCK_C: tl.constexpr):
+    """Work item = (head h, token tile), token tile fastest (the head's weights are shared in L2)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    dt = qr_ptr.dtype.element_ty
+    m_tiles = tl.cdiv(T, BLOCK_M)
+    Dr2 = Dr // 2
+    HW = D + Dr
+    dcol = tl.arange(0, BLOCK_D)
+    d_m = dcol < D
+    j = tl.arange(0, BLOCK_R)
+    j_m = j < Dr2
+    jw = j % Dr2
+    rk = tl.arange(0, BLOCK_K)
+    for item in range(pid, NH * m_tiles, nprog):
+        h = item // m_tiles
+        mt = item % m_tiles
+        rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
+        r_m = rows < T
+        rw = (rows % T).to(tl.int64)
+        nope_c = (h * HW + dcol % D).to(tl.int64)
+        ev_c = (h * HW + D + 2 * jw).to(tl.int64)
+        a_ptrs = a_ptr + rw[:, None] * s_at + rk[None, :] * s_ak
+        bn_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + nope_c[None, :] * s_wn
+        be_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + ev_c[None, :] * s_wn
+        bo_ptrs = be_ptrs + s_wn
+        if INT8:
+            acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.int32)
+            acc_e = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
+            acc_o = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
+        else:
+            acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+            acc_e = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+            acc_o = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+        for k in range(0, Hcq, BLOCK_K):
+            if EVEN_K:
+                a = tl.load(a_ptrs)
+                bn = tl.load(bn_ptrs)
+                be = tl.load(be_ptrs)
+                bo = tl.load(bo_ptrs)
+            else:
+                km = (k + rk) < Hcq
+                a = tl.load(a_ptrs, mask=km[None, :], other=0)
+                bn = tl.load(bn_ptrs, mask=km[:, None], other=0)
+                be = tl.load(be_ptrs, mask=km[:, None], other=0)
+                bo = tl.load(bo_ptrs, mask=km[:, None], other=0)
+            acc_n = _dot(a, bn, acc_n, INT8, IEEE)
+            acc_e = _dot(a, be, acc_e, INT8, IEEE)
+            acc_o = _dot(a, bo, acc_o, INT8, IEEE)
+            a_ptrs += BLOCK_K * s_ak
+            bn_ptrs += BLOCK_K * s_wk
+            be_ptrs += BLOCK_K * s_wk
+            bo_ptrs += BLOCK_K * s_wk
+        # ---- dequant + rounding point: [qc ‖ qr] = dt(...) ----
+        if INT8:
+            xs = tl.load(as_ptr + rw)
+            qc = acc_n.to(tl.float32) * tl.load(wsc_ptr + nope_c)[None, :] * xs[:, None]
+            qe = acc_e.to(tl.float32) * tl.load(wsc_ptr + ev_c)[None, :] * xs[:, None]
+            qo = acc_o.to(tl.float32) * tl.load(wsc_ptr + ev_c + 1)[None, :] * xs[:, None]
+        else:
+            qc = acc_n
+            qe = acc_e
+            qo = acc_o
+        qc = tl.where(d_m[None, :], qc, 0.0).to(dt)
+        qe = qe.to(dt).to(tl.float32)
+        qo = qo.to(dt).to(tl.float32)
+        # ---- absorption: query[t, h] = qc @ W_UK[h] ----
+        h_off = h.to(tl.int64) * s_uh
+        q_row = q_ptr + rows.to(tl.int64)[:, None] * s_qt + h.to(tl.int64) * s_qh
+        if Q8:
+            amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            for c0 in range(0, Hckv, BLOCK_C):
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
+                amax = tl.maximum(amax, tl.max(tl.where(c_m[None, :], tl.abs(q), 0.0), axis=1))
+            scale = tl.math.div_rn(amax, tl.full((BLOCK_M,), 127.0, tl.float32))
+            safe = tl.where(scale > 0, scale, 1.0)
+            for c0 in range(0, Hckv, BLOCK_C):
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
+                v = tl.math.div_rn(q, tl.zeros_like(q) + safe[:, None])
+                v = tl.where(scale[:, None] > 0, v, 0.0)
+                tl.store(q_row + cc[None, :], _sat_int8(v, -127.0), mask=r_m[:, None] & c_m[None, :])
+            tl.store(dsq_ptr + rows.to(tl.int64) * NH + h, scale, mask=r_m)
+        else:
+            for c0 in range(0, Hckv, BLOCK_C):
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
+                tl.store(q_row + cc[None, :], q.to(q_ptr.dtype.element_ty), mask=r_m[:, None] & c_m[None, :])
+        # ---- RoPE: interleaved pairs in (e = x[0::2], o = x[1::2]), rotate-half out ----
+        c_lo = tl.load(cos_ptr + rw[:, None] * s_cos_t + jw[None, :] * s_cos_d).to(tl.float32)
+        c_hi = tl.load(cos_ptr + rw[:, None] * s_cos_t + (jw + Dr2)[None, :] * s_cos_d).to(tl.float32)
+        s_lo = tl.load(sin_ptr + rw[:, None] * s_sin_t + jw[None, :] * s_sin_d).to(tl.float32)
+        s_hi = tl.load(sin_ptr + rw[:, None] * s_sin_t + (jw + Dr2)[None, :] * s_sin_d).to(tl.float32)
+        r_lo = qe * c_lo + (-qo) * s_lo
+        r_hi = qo * c_hi + qe * s_hi
+        if Q8:
+            qs = tl.load(qsckv_ptr)
+            den = tl.zeros_like(r_lo) + safe[:, None]
+            r_lo = tl.math.div_rn(r_lo * qs, den)
+            r_hi = tl.math.div_rn(r_hi * qs, den)
+        qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h.to(tl.int64) * s_qrh
+        m2 = r_m[:, None] & j_m[None, :]
+        tl.store(qr_row + j[None, :], r_lo.to(dt), mask=m2)
+        tl.store(qr_row + (j + Dr2)[None, :], r_hi.to(dt), mask=m2)
+
+
+# ==============================================================================================
+# launcher
+# ==============================================================================================
+def _p2(n: int, lo: int = 16) -> int:
+    return max(lo, triton.next_power_of_2(max(int(n), 1)))
+
+
+def _flat_scale(s: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
+    """(flat fp32 [C] tensor, stride): stride 0 broadcasts a single per-tensor value."""
+    if s is None:
+        return None, 0
+    f = s.reshape(-1).contiguous()
+    return f, (0 if f.numel() == 1 else 1)
+
+
+def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: torch.device, *,
+         int8_down: bool = False, int8_query: bool = False, backend_key: str | None = None,
+         overrides: dict | None = None) -> dict:
+    """The launch plan for these shapes (shapes only, no data): per-kernel tiles, SPLIT_K, grids.
+    ``overrides`` = {"down": {...}, "query": {...}, "row": {...}} replaces bucket entries (perf sweeps)."""
+    key = backend_key or _backend_key(device)
+    cfg = _all_configs()[key]
+    ov = overrides or {}
+    cores = _cores(cfg, device)
+    # --- down GEMM ---
+    dc = cfg["down"]
+    d = dict(_bucket(T, dc["buckets_int8" if int8_down and "buckets_int8" in dc else "buckets"]))
+    d.update(ov.get("down", {}))
+    bm, bn, bk = int(d["BLOCK_M"]), int(d["BLOCK_N"]), int(d["BLOCK_K"])
+    Ckv = Hckv + Dr
+    tiles = (triton.cdiv(Hcq, bn) + triton.cdiv(Ckv, bn)) * triton.cdiv(T, bm)
+    sk = d.get("split_k", "auto")
+    if sk == "auto":
+        target = int(float(dc.get("programs_per_core", 2)) * cores)
+        sk = max(1, target // max(tiles, 1))
+        sk = min(sk, int(dc["max_split_k"]), max(1, He // int(dc["min_k_per_split"])))
+    sk = max(1, int(sk))
+    k_per = triton.cdiv(triton.cdiv(He, sk), bk) * bk
+    sk = triton.cdiv(He, k_per)
+    d.update(SPLIT_K=sk, K_PER_SPLIT=k_per, EVEN_K=(He % k_per == 0 and k_per % bk == 0),
+             grid=_grid(tiles * sk, int(dc.get("grid_cap", 0))))
+    # --- row kernel ---
+    r = dict(cfg["row"])
+    r.update(ov.get("row", {}))
+    r.update(BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), grid=_grid(T, int(r.get("grid_cap", 0))))
+    # --- query kernel ---
+    qc = cfg["query"]
+    q = dict(_bucket(T, qc["buckets_int8" if int8_query and "buckets_int8" in qc else "buckets"]))
+    q.update(ov.get("query", {}))
+    qbm, qbk = int(q["BLOCK_M"]), int(q["BLOCK_K"])
+    q.update(BLOCK_D=_p2(D), BLOCK_R=_p2(Dr // 2), EVEN_K=(Hcq % qbk == 0),
+             grid=_grid(N * triton.cdiv(T, qbm), int(qc.get("grid_cap", 0))))
+    return dict(down=d, row=r, query=q, backend_key=key)
+
+
+def supports_reason(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq, rmsnorm_gamma_ckv,
+                    rope_sin, rope_cos, kv_cache, kr_cache, *, cache_index, dequant_scale_x=None,
+                    dequant_scale_w_dq=None, dequant_scale_w_uq_qr=None, dequant_scale_w_dkv_kr=None,
+                    quant_scale_ckv=None, quant_scale_ckr=None, smooth_scales_cq=None, rmsnorm_epsilon_cq=1e-5,
+                    rmsnorm_epsilon_ckv=1e-5, cache_mode="PA_BSND") -> str | None:
+    """Why the Triton kernels cannot take these inputs (None = they can). Argument validity itself is
+    checked by ops/mla_prolog.py; this only lists what the kernels do not implement."""
+    if cache_mode != "PA_BSND":
+        return f"cache_mode {cache_mode!r}: the Triton kernels write PA_BSND caches only"
+    dt = weight_uk.dtype
+    if dt not in _FLOATS:
+        return f"activation dtype {dt} (weight_uk) is not fp16/bf16/fp32"
+    if dt == torch.bfloat16 and token_x.device.type == "cpu":
+        return "bf16 tl.dot is wrong under TRITON_INTERPRET (use fp16/fp32 on the CPU interpreter)"
+    if kr_cache.shape[-1] % 2 or kr_cache.shape[-1] < 2:
+        return "qk_rope_head_dim Dr must be even and ≥ 2"
+    if weight_uk.shape[1] > 256:
+        return f"qk_nope_head_dim D = {weight_uk.shape[1]} > 256 (one tile per head)"
+    if weight_dq.shape[1] > 16384 or weight_uk.shape[2] > 16384:
+        return "Hcq / Hckv > 16384: the row kernel keeps a whole row in registers"
+    return None
+
+
+def pack_weights(weights: dict, backend: str = "cuda") -> dict:
+    """Offline: put the int8 weights (weight_dq, weight_uq_qr, weight_dkv_kr) of an mla_prolog input dict
+    into the layout the backend reads fastest; float weights and everything else are returned as they are.
+    CUDA: K-major (a [K, N] view of a contiguous [N, K] tensor), Hopper's 8-bit MMA layout. Ascend: row-major
+    (ND; FRACTAL_NZ is a storage format applied with torch_npu.npu_format_cast on the NPU). The result is
+    logically identical, so every backend computes the same numbers."""
+    out = dict(weights)
+    for k in ("weight_dq", "weight_uq_qr", "weight_dkv_kr"):
+        w = out.get(k)
+        if isinstance(w, torch.Tensor) and w.dtype == torch.int8:
+            out[k] = w.t().contiguous().t() if backend == "cuda" else w.contiguous()
+    return out
+
+
+def mla_prolog(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_uq_qr: torch.Tensor, weight_uk: torch.Tensor,
+               weight_dkv_kr: torch.Tensor, rmsnorm_gamma_cq: torch.Tensor, rmsnorm_gamma_ckv: torch.Tensor,
+               rope_sin: torch.Tensor, rope_cos: torch.Tensor, kv_cache: torch.Tensor, kr_cache: torch.Tensor, *,
+               cache_index: torch.Tensor,
+               dequant_scale_x: torch.Tensor | None = None,
+               dequant_scale_w_dq: torch.Tensor | None = None,
+               dequant_scale_w_uq_qr: torch.Tensor | None = None,
+               dequant_scale_w_dkv_kr: torch.Tensor | None = None,
+               quant_scale_ckv: torch.Tensor | None = None,
+               quant_scale_ckr: torch.Tensor | None = None,
+               smooth_scales_cq: torch.Tensor | None = None,
+               rmsnorm_epsilon_cq: float = 1e-5,
+               rmsnorm_epsilon_ckv: float = 1e-5,
+               cache_mode: str = "PA_BSND") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fused MLA pre-attention on Triton; same signature, semantics and rounding points as
+    :func:`reference.mla_prolog.mla_prolog` (which documents shapes, dtypes and modes), mirroring
+    ``torch_npu.npu_mla_prolog_v3`` with ``cache_mode="PA_BSND"``.
+
+    token_x [T, He] / [B, S, He] (dt or int8); weight_dq [He, Hcq]; weight_uq_qr [Hcq, N·(D+Dr)];
+    weight_uk [N, D, Hckv] (dt); weight_dkv_kr [He, Hckv+Dr]; rope_sin / rope_cos [T, Dr] (half-duplicated);
+    kv_cache [num_blocks, block_size, 1, Hckv], kr_cache [num_blocks, block_size, 1, Dr] mutated at slot
+    ``cache_index[t]`` (int64; negative or ≥ num_blocks·block_size: not written). Any strides.
+    Returns NEW (query [.., N, Hckv], query_rope [.., N, Dr], dequant_scale_q_nope fp32 [T, N, 1] in
+    full + C8, else [0]). Arguments are not validated here (ops/mla_prolog.py does it); raises ValueError
+    for a cache_mode other than "PA_BSND".
+    """
+    if cache_mode != "PA_BSND":
+        raise ValueError(f"cache_mode {cache_mode!r} is not supported (only 'PA_BSND')")
+    dev = token_x.device
+    dt = weight_uk.dtype
+    lead = tuple(token_x.shape[:-1])
+    He = token_x.shape[-1]
+    T = math.prod(lead)
+    N, D, Hckv = weight_uk.shape
+    Dr = kr_cache.shape[-1]
+    Hcq = weight_dq.shape[1]
+    full = token_x.dtype == torch.int8
+    qint8 = weight_uq_qr.dtype == torch.int8
+    kv8 = kv_cache.dtype == torch.int8
+    kr8 = kr_cache.dtype == torch.int8
+    q8 = full and kv8
+    query = torch.empty((*lead, N, Hckv), dtype=torch.int8 if q8 else dt, device=dev)
+    query_rope = torch.empty((*lead, N, Dr), dtype=dt, device=dev)
+    dsq = torch.empty((T, N, 1) if q8 else (0,), dtype=torch.float32, device=dev)
+    if T == 0:
+        return query, query_rope, dsq
+
+    p = plan(T, He, Hcq, N, D, Dr, Hckv, dev, int8_down=full, int8_query=qint8)
+    ieee = dt == torch.float32
+    x = token_x.reshape(T, He)
+    sin = rope_sin.reshape(T, Dr)
+    cos = rope_cos.reshape(T, Dr)
+    idx = cache_index.reshape(T)
+    xs = dequant_scale_x.reshape(T) if full else None
+
+    # ---- 1. down GEMM ----
+    d = p["down"]
+    Ckv = Hckv + Dr
+    CT = Hcq + Ckv
+    ws = torch.empty((d["SPLIT_K"], T, CT), dtype=torch.int32 if full else torch.float32, device=dev)
+    kw = dict(num_warps=int(d["num_warps"]))
+    if dev.type == "cuda":
+        kw["num_stages"] = int(d["num_stages"])
+    _down_kernel[(d["grid"],)](x, weight_dq, weight_dkv_kr, ws, T, He, Hcq, Ckv, d["K_PER_SPLIT"], d["SPLIT_K"],
+                               x.stride(0), x.stride(1), weight_dq.stride(0), weight_dq.stride(1),
+                               weight_dkv_kr.stride(0), weight_dkv_kr.stride(1),
+                               INT8=full, IEEE=ieee, EVEN_K=d["EVEN_K"],
+                               BLOCK_M=int(d["BLOCK_M"]), BLOCK_N=int(d["BLOCK_N"]), BLOCK_K=int(d["BLOCK_K"]), **kw)
+
+    # ---- 2. row kernel ----
+    r = p["row"]
+    if qint8:
+        cqn = torch.empty((T, Hcq), dtype=torch.int8, device=dev)
+        cqs = torch.empty((T,), dtype=torch.float32, device=dev)
+    else:
+        cqn = torch.empty((T, Hcq), dtype=dt, device=dev)
+        cqs = ws  # unused
+    wsdq, _ = _flat_scale(dequant_scale_w_dq)
+    wskv, _ = _flat_scale(dequant_scale_w_dkv_kr)
+    qsckv, s_qsckv = _flat_scale(quant_scale_ckv)
+    qsckr, s_qsckr = _flat_scale(quant_scale_ckr)
+    smooth, _ = _flat_scale(smooth_scales_cq)
+    f32_dummy = rmsnorm_gamma_cq  # stands in for absent pointers (never read)
+    nb, bs = kv_cache.shape[0], kv_cache.shape[1]
+    _row_kernel[(r["grid"],)](
+        ws, weight_uk, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
+        rmsnorm_gamma_cq, rmsnorm_gamma_ckv, smooth if smooth is not None else rmsnorm_gamma_cq,
+        sin, cos, idx, kv_cache, kr_cache, qsckv if kv8 else rmsnorm_gamma_cq, qsckr if kr8 else rmsnorm_gamma_cq,
+        cqn, cqs, T, T * CT, Hcq, Hckv, Dr, d["SPLIT_K"], nb * bs, bs,
+        sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1), idx.stride(0),
+        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(3), kr_cache.stride(0), kr_cache.stride(1),
+        kr_cache.stride(3), s_qsckv, s_qsckr, cqn.stride(0), float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv),
+        INT8=full, QUANT_CQ=qint8, HAS_SMOOTH=qint8 and smooth is not None, KV_INT8=kv8, KR_INT8=kr8,
+        BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], num_warps=int(r["num_warps"]))
+
+    # ---- 3. query GEMM + absorption + RoPE ----
+    q = p["query"]
+    wsuq, _ = _flat_scale(dequant_scale_w_uq_qr)
+    q2 = query.reshape(T, N, Hckv)
+    qr2 = query_rope.reshape(T, N, Dr)
+    kw = dict(num_warps=int(q["num_warps"]))
+    if dev.type == "cuda":
+        kw["num_stages"] = int(q["num_stages"])
+    _query_kernel[(q["grid"],)](
+        cqn, cqs, weight_uq_qr, wsuq if qint8 else rmsnorm_gamma_cq, weight_uk, sin, cos,
+        quant_scale_ckv if q8 else rmsnorm_gamma_cq, q2, qr2, dsq if q8 else cqs,
+        T, Hcq, N, D, Dr, Hckv,
+        cqn.stride(0), cqn.stride(1), weight_uq_qr.stride(0), weight_uq_qr.stride(1),
+        weight_uk.stride(0), weight_uk.stride(1), weight_uk.stride(2),
+        sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1),
+        q2.stride(0), q2.stride(1), qr2.stride(0), qr2.stride(1),
+        INT8=qint8, Q8=q8, IEEE=ieee, EVEN_K=q["EVEN_K"],
+        BLOCK_M=int(q["BLOCK_M"]), BLOCK_K=int(q["BLOCK_K"]), BLOCK_D=q["BLOCK_D"], BLOCK_R=q["BLOCK_R"],
+        BLOCK_C=int(q["BLOCK_C"]), **kw)
+    return query, query_rope, dsq
