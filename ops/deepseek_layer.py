@@ -41,14 +41,17 @@ from .weights import LayerConfig, LayerWeights, Linear, MLPWeights, MoEWeights
 __all__ = ["PagedCache", "DeepseekV3DecodeLayer", "decode_step", "prefill", "yarn_inv_freq", "softmax_scale_of"]
 
 
-def _ds(name: str):
-    """The ``ds`` op ``name``: the eager fast path (DsOp) when available, else ``torch.ops.ds.<name>``."""
+def _ds(name: str, registered: bool = False):
+    """The ``ds`` op ``name``: ``torch.ops.ds.<name>`` (the registered op, through the dispatcher) when
+    ``registered``, else its eager fast path (:class:`ops._library.DsOp`, same kernels, skips the ~10 µs
+    dispatcher; under torch.compile it calls the registered op itself)."""
     import ops
     from ._library import DsOp
-    for mod in (ops.amla, ops.mla_prolog, ops.quant, ops.moe_gating):
-        f = getattr(mod, name, None)
-        if isinstance(f, DsOp):
-            return f
+    if not registered:
+        for mod in (ops.amla, ops.mla_prolog, ops.quant, ops.moe_gating):
+            f = getattr(mod, name, None)
+            if isinstance(f, DsOp):
+                return f
     return getattr(torch.ops.ds, name)
 
 
@@ -180,6 +183,8 @@ class DeepseekV3DecodeLayer:
     weights: :class:`ops.weights.LayerWeights` from :func:`ops.weights.load_layer_weights` (its ``mode``,
     "bf16" or "a8w8", selects the path). ``rope_dtype``: dtype of the rope_sin/rope_cos tables handed to
     ``ds::mla_prolog`` (bf16 like the Ascend kernel; fp32 accepted by the reference).
+    ``registered_ops``: call ``torch.ops.ds.*`` through the dispatcher instead of the eager fast path
+    (same results; for checking the registration).
 
     Call: ``layer(x, cache)`` with x [B, S_q, He] bf16 (the residual stream) and a :class:`PagedCache`
     whose ``seq_lens`` count the tokens already cached; returns [B, S_q, He] bf16. The new tokens' latent
@@ -187,7 +192,7 @@ class DeepseekV3DecodeLayer:
     (call ``cache.advance(S_q)`` after the last layer, or use :func:`decode_step`).
     """
 
-    def __init__(self, weights: LayerWeights, *, rope_dtype: torch.dtype = torch.bfloat16):
+    def __init__(self, weights: LayerWeights, *, rope_dtype: torch.dtype = torch.bfloat16, registered_ops: bool = False):
         cfg = weights.config
         if not cfg.norm_topk_prob and weights.is_moe:
             raise NotImplementedError("norm_topk_prob=False: ds::moe_gating_top_k with sigmoid always renormalises")
@@ -197,11 +202,15 @@ class DeepseekV3DecodeLayer:
         self.inv_freq, self.attention_scaling = yarn_inv_freq(cfg)
         self.softmax_scale = softmax_scale_of(cfg)
         self.rope_dtype = rope_dtype
+        self.registered_ops = registered_ops
         self.last_routing: tuple[torch.Tensor, torch.Tensor] | None = None   # (weights, ids) of the last MoE step
         # set to a list to record (positions [B, S_q], expert ids [B, S_q, k]) of every MoE step (tests, debugging)
         self.routing_log: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     # -- helpers ------------------------------------------------------------------------------
+    def _op(self, name: str):
+        return _ds(name, self.registered_ops)
+
     def rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(sin, cos) [T, Dr] in ``rope_dtype`` (half-duplicated layout) for int positions [T]."""
         f = positions.float()[:, None] * self.inv_freq.to(positions.device)[None, :]
@@ -216,15 +225,14 @@ class DeepseekV3DecodeLayer:
     def _linear_bf16(x: torch.Tensor, lin: Linear) -> torch.Tensor:
         return torch.matmul(x, lin.weight)
 
-    @staticmethod
-    def _linear_q(xq: torch.Tensor, xs: torch.Tensor, lin: Linear) -> torch.Tensor:
-        return _ds("quant_matmul")(xq, lin.weight, lin.scale, xs, out_dtype=torch.bfloat16)
+    def _linear_q(self, xq: torch.Tensor, xs: torch.Tensor, lin: Linear) -> torch.Tensor:
+        return self._op("quant_matmul")(xq, lin.weight, lin.scale, xs, out_dtype=torch.bfloat16)
 
     def _linear(self, x: torch.Tensor, lin: Linear) -> torch.Tensor:
         """bf16 x [M, K] → bf16 [M, N]; a8w8: per-token dynamic quant (with lin.smooth) + quant_matmul."""
         if self.mode == "bf16":
             return self._linear_bf16(x, lin)
-        xq, xs = _ds("dynamic_quant")(x, smooth_scales=lin.smooth)
+        xq, xs = self._op("dynamic_quant")(x, smooth_scales=lin.smooth)
         return self._linear_q(xq, xs, lin)
 
     def _mlp(self, x: torch.Tensor | tuple[torch.Tensor, torch.Tensor], m: MLPWeights) -> torch.Tensor:
@@ -256,13 +264,13 @@ class DeepseekV3DecodeLayer:
         # ---- MLA ----------------------------------------------------------------------------
         if self.mode == "bf16":
             xn = self._norm_bf16(x2, w.input_layernorm)
-            q, q_rope, _ = _ds("mla_prolog")(
+            q, q_rope, _ = self._op("mla_prolog")(
                 xn, a.weight_dq, a.weight_uq_qr, a.weight_uk, a.weight_dkv_kr, a.gamma_cq, a.gamma_ckv, sin, cos,
                 kv_cache, kr_cache, cache_index=cache_index, rmsnorm_epsilon_cq=eps_l, rmsnorm_epsilon_ckv=eps_l)
         else:
-            xq, xs, _ = _ds("rms_norm_dynamic_quant")(x2, w.input_layernorm, epsilon=cfg.rms_norm_eps,
+            xq, xs, _ = self._op("rms_norm_dynamic_quant")(x2, w.input_layernorm, epsilon=cfg.rms_norm_eps,
                                                       smooth_scales=a.smooth_x)
-            q, q_rope, _ = _ds("mla_prolog")(
+            q, q_rope, _ = self._op("mla_prolog")(
                 xq, a.weight_dq, a.weight_uq_qr, a.weight_uk, a.weight_dkv_kr, a.gamma_cq, a.gamma_ckv, sin, cos,
                 kv_cache, kr_cache, cache_index=cache_index, dequant_scale_x=xs.reshape(T, 1),
                 dequant_scale_w_dq=a.dequant_scale_w_dq.reshape(1, -1),
@@ -270,7 +278,7 @@ class DeepseekV3DecodeLayer:
                 dequant_scale_w_dkv_kr=a.dequant_scale_w_dkv_kr.reshape(1, -1),
                 smooth_scales_cq=None if a.smooth_scales_cq is None else a.smooth_scales_cq.reshape(1, -1),
                 rmsnorm_epsilon_cq=eps_l, rmsnorm_epsilon_ckv=eps_l)
-        o_lat, _lse = _ds("amla")(q.reshape(B, S, N, Hckv), q_rope.reshape(B, S, N, Dr), kv_cache, kr_cache,
+        o_lat, _lse = self._op("amla")(q.reshape(B, S, N, Hckv), q_rope.reshape(B, S, N, Dr), kv_cache, kr_cache,
                                   cache.block_table, cache.seq_lens + S, self.softmax_scale, True)
         o_v = torch.bmm(o_lat.reshape(T, N, Hckv).transpose(0, 1), a.w_uv)          # [N, T, V] bf16
         o_v = o_v.transpose(0, 1).reshape(T, N * V)
@@ -284,7 +292,7 @@ class DeepseekV3DecodeLayer:
             hn_f = hn.float()
         else:
             m_in = self._mlp_smooth()
-            hq, hs, h = _ds("rms_norm_dynamic_quant")(attn, w.post_attention_layernorm, epsilon=cfg.rms_norm_eps,
+            hq, hs, h = self._op("rms_norm_dynamic_quant")(attn, w.post_attention_layernorm, epsilon=cfg.rms_norm_eps,
                                                       residual=x2, smooth_scales=m_in)
             act = (hq, hs)
             hn_f = hq.float() * hs.float().reshape(-1, 1)
@@ -306,7 +314,7 @@ class DeepseekV3DecodeLayer:
         """fp32 [T, He] = Σ routed (weights · expert(act)) + shared(act)."""
         cfg = self.cfg
         logits = hn_f @ m.gate_weight.float().t()                                    # [T, E] fp32
-        y, ids, _ = _ds("moe_gating_top_k")(
+        y, ids, _ = self._op("moe_gating_top_k")(
             logits, cfg.num_experts_per_tok, bias=m.e_score_correction_bias.float(), k_group=cfg.topk_group,
             group_count=cfg.n_group, group_select_mode=1, renorm=0, norm_type=1, out_flag=False,
             routed_scaling_factor=float(cfg.routed_scaling_factor), eps=1e-20)

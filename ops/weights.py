@@ -37,7 +37,6 @@ re-interleaved by :func:`load_layer_weights` when ``config.rope_interleave`` is 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Mapping
 
 import torch

@@ -15,7 +15,8 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
+import gc
 import math
 import os
 import shlex
@@ -54,10 +55,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="activation dtype passed to make_inputs")
     ap.add_argument("--timer", default="auto", choices=["auto", "events", "cudagraph"],
                     help="CUDA timer: events (do_bench), cudagraph (do_bench_cudagraph), auto = graph replay for "
-                         f"calls under 30 µs")
+                         "calls under 30 µs")
     ap.add_argument("--no-layer", action="store_true", help="skip the layer view")
     ap.add_argument("--no-peers", action="store_true", help="skip optional peer implementations")
     ap.add_argument("--no-dispatch", action="store_true", help="skip the torch.ops vs eager dispatch timing")
+    ap.add_argument("--keep-arg-checks", action="store_true",
+                    help="time with the ops' data-dependent argument checks on (default: DS_OPS_CHECKS=0 while timing)")
     ap.add_argument("--budget-s", type=float, default=None,
                     help=f"stop starting new cases after this many seconds (default {DEFAULT_CPU_BUDGET_S:.0f} on "
                          "CPU, none elsewhere)")
@@ -115,6 +118,24 @@ def make_inputs(entry: S.OpEntry, shape: dict, *, dtype, device: torch.device, s
 
 def _clone_mutated(inputs: dict, mutated: Sequence[str]) -> dict:
     return {k: (v.clone() if k in mutated and isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+
+
+@contextlib.contextmanager
+def _arg_checks(keep: bool):
+    """Timing runs with the ops' data-dependent argument checks off (DS_OPS_CHECKS=0), as under CUDA-graph capture
+    and torch.compile: those checks sync the host, which would put launch latency into device-event timings."""
+    if keep:
+        yield
+        return
+    old = os.environ.get("DS_OPS_CHECKS")
+    os.environ["DS_OPS_CHECKS"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("DS_OPS_CHECKS", None)
+        else:
+            os.environ["DS_OPS_CHECKS"] = old
 
 
 def _sync(dev: torch.device) -> None:
@@ -311,7 +332,7 @@ class Runner:
                 state["i"] += 1
                 return op(**kw)
 
-            with ops.backend(b):
+            with ops.backend(b), _arg_checks(args.keep_arg_checks):
                 t = time_fn(call, dev, mode=args.timer, quick=args.quick)
                 row.update(us_p20=t.p20_us, us_p50=t.p50_us, us_p80=t.p80_us,
                            timer=t.method + (f" ×{n} input sets" if n > 1 else ""))
@@ -321,7 +342,7 @@ class Runner:
                     reg = entry.registered
                     row["dispatch_us_registered"] = host_call_us(lambda: reg(**inputs), dev)
                     row["dispatch_us_eager"] = host_call_us(lambda: op(**inputs), dev)
-            del sets
+            sets.clear()
         except Exception as e:  # noqa: BLE001
             row["note"] = "; ".join(x for x in (row.get("note"), f"timing failed: {type(e).__name__}: {e}"[:300]) if x)
             return
@@ -419,6 +440,7 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
                 git_sha=git_sha(), timestamp=P.now_iso(),
                 command="python -m perf " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
                 peaks=_peaks_meta(peaks), ceilings={k: vars(c) for k, c in ceilings.items()},
+                arg_checks_during_timing=bool(args.keep_arg_checks),
                 timer_doc={"cuda": "triton.testing.do_bench (CUDA events, L2 flushed, inputs rotated) or "
                                    "do_bench_cudagraph for calls < 30 µs; p20/p50/p80",
                            "npu": "torch.npu events after a 512 MiB flush; p20/p50/p80",
@@ -450,6 +472,9 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
                 continue
             runner.run_case(e, c, progress=prog.describe)
             prog.advance()
+            if device.type == "cuda":
+                gc.collect()
+                torch.cuda.empty_cache()
 
     layer = {"available": False, "reason": "skipped (--no-layer)", "views": []}
     if not args.no_layer:

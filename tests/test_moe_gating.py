@@ -13,7 +13,6 @@ import torch
 from hypothesis import example, given, strategies as st
 
 import ops
-from ops import moe_gating as M
 from tests.tolerances import assert_close
 
 DS = dict(k=8, k_group=4, group_count=8, group_select_mode=1, renorm=0, norm_type=1, routed_scaling_factor=2.5)

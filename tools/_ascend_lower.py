@@ -294,6 +294,8 @@ def check_module(path: str, repo: str, out: str, arch: str) -> dict:
     for i, case in enumerate(cases):
         err = _validate_case(case, i)
         entry = {"name": str(case.get("name", f"#{i}")) if isinstance(case, dict) else f"#{i}", "error": err}
+        if not err and any(c["name"] == entry["name"] for c in res["cases"]):
+            err = entry["error"] = f"case name {entry['name']!r} is used twice"
         res["cases"].append(entry)
         fn = _unwrap(case.get("fn")) if isinstance(case, dict) else None
         if fn is not None:

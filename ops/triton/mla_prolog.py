@@ -122,7 +122,7 @@ def _rms_norm(x, mask, gamma, H, eps):
     """x / sqrt(mean(x²) + eps) · gamma in fp32 (division, not rsqrt-multiply); x is a [BLOCK] row."""
     x = tl.where(mask, x, 0.0)
     ss = tl.sum(x * x, axis=0)
-    ms = tl.math.div_rn(ss, ss * 0.0 + H)
+    ms = tl.math.div_rn(ss, tl.full(ss.shape, H, tl.float32))
     r = tl.math.sqrt_rn(ms + eps)
     return tl.math.div_rn(x, tl.zeros_like(x) + r) * gamma
 
@@ -186,7 +186,7 @@ def _down_kernel(x_ptr, wdq_ptr, wkv_ptr, ws_ptr, T, He, Hcq, Ckv, K_PER_SPLIT, 
         om = mt * BLOCK_M + tl.arange(0, BLOCK_M)
         on = c0 + tl.arange(0, BLOCK_N)
         omask = (om < T)[:, None] & (on < n_lim)[None, :]
-        p = ws_ptr + (split.to(tl.int64) * T + om.to(tl.int64)[:, None]) * CT + (out0 + on)[None, :]
+        p = ws_ptr + (tl.full([], split, tl.int64) * T + om.to(tl.int64)[:, None]) * CT + (out0 + on)[None, :]
         tl.store(p, acc, mask=omask)
 
 
@@ -238,7 +238,8 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
     g_q = tl.load(gq_ptr + cq_c, mask=cq_m, other=0.0).to(tl.float32)
     g_kv = tl.load(gkv_ptr + kv_c, mask=kv_m, other=0.0).to(tl.float32)
     for t in range(pid, T, nprog):
-        row = t.to(tl.int64) * CT
+        tq = tl.full([], t, tl.int64)
+        row = tq * CT
         if INT8:
             xs = tl.load(xs_ptr + t)
         else:
@@ -253,15 +254,15 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
             y = tl.where(cq_m, y, 0.0)
             amax = tl.max(tl.abs(y), axis=0)
             nan_count = tl.sum((y != y).to(tl.int32), axis=0)
-            scale = tl.math.div_rn(amax, tl.abs(amax) * 0.0 + 127.0)
+            scale = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
             scale = tl.where(nan_count > 0, float("nan"), scale)
             safe = tl.where(scale > 0, scale, 1.0)
             v = tl.math.div_rn(y, tl.zeros_like(y) + safe)
             v = tl.where(scale > 0, v, 0.0)
-            tl.store(cqn_ptr + t.to(tl.int64) * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
+            tl.store(cqn_ptr + tq * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
             tl.store(cqs_ptr + t, scale)
         else:
-            tl.store(cqn_ptr + t.to(tl.int64) * s_cqn + cq_c, y.to(cqn_ptr.dtype.element_ty), mask=cq_m)
+            tl.store(cqn_ptr + tq * s_cqn + cq_c, y.to(cqn_ptr.dtype.element_ty), mask=cq_m)
         # ---- ckv → kv, kr → k_rope ----
         acc = _partial_sum(ws_ptr, row + Hcq, kv_c, kv_m, SPLIT_K, TCT)
         ckv = _dequant_round(acc, wskv_ptr, kv_c, kv_m, xs, dt, INT8)
@@ -271,7 +272,6 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
         acc_o = _partial_sum(ws_ptr, row + Hcq, ev_c + 1, j_m, SPLIT_K, TCT)
         e = _dequant_round(acc_e, wskv_ptr, ev_c, j_m, xs, dt, INT8)
         o = _dequant_round(acc_o, wskv_ptr, ev_c + 1, j_m, xs, dt, INT8)
-        tq = t.to(tl.int64)
         c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
         c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
         s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
@@ -282,23 +282,25 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
         slot = tl.load(idx_ptr + tq * s_idx)
         ok = (slot >= 0) & (slot < num_slots)
         slot = tl.where(ok, slot, 0)
+        okv = (tl.zeros([BLOCK_KV], tl.int32) + ok.to(tl.int32)) != 0
+        okr = (tl.zeros([BLOCK_R], tl.int32) + ok.to(tl.int32)) != 0
         blk = slot // block_size
         off = slot - blk * block_size
         kv_row = kv_ptr + blk * s_kv_b + off * s_kv_s
         kr_row = kr_ptr + blk * s_kr_b + off * s_kr_s
         if KV_INT8:
             qs = tl.load(qsckv_ptr + kv_c * s_qsckv, mask=kv_m, other=0.0)
-            tl.store(kv_row + kv_c * s_kv_c, _sat_int8(kv * qs, -128.0), mask=kv_m & ok)
+            tl.store(kv_row + kv_c * s_kv_c, _sat_int8(kv * qs, -128.0), mask=kv_m & okv)
         else:
-            tl.store(kv_row + kv_c * s_kv_c, kv.to(kv_ptr.dtype.element_ty), mask=kv_m & ok)
+            tl.store(kv_row + kv_c * s_kv_c, kv.to(kv_ptr.dtype.element_ty), mask=kv_m & okv)
         if KR_INT8:
             q_lo = tl.load(qsckr_ptr + j * s_qsckr, mask=j_m, other=0.0)
             q_hi = tl.load(qsckr_ptr + (j + Dr2) * s_qsckr, mask=j_m, other=0.0)
-            tl.store(kr_row + j * s_kr_c, _sat_int8(r_lo * q_lo, -128.0), mask=j_m & ok)
-            tl.store(kr_row + (j + Dr2) * s_kr_c, _sat_int8(r_hi * q_hi, -128.0), mask=j_m & ok)
+            tl.store(kr_row + j * s_kr_c, _sat_int8(r_lo * q_lo, -128.0), mask=j_m & okr)
+            tl.store(kr_row + (j + Dr2) * s_kr_c, _sat_int8(r_hi * q_hi, -128.0), mask=j_m & okr)
         else:
-            tl.store(kr_row + j * s_kr_c, r_lo.to(kr_ptr.dtype.element_ty), mask=j_m & ok)
-            tl.store(kr_row + (j + Dr2) * s_kr_c, r_hi.to(kr_ptr.dtype.element_ty), mask=j_m & ok)
+            tl.store(kr_row + j * s_kr_c, r_lo.to(kr_ptr.dtype.element_ty), mask=j_m & okr)
+            tl.store(kr_row + (j + Dr2) * s_kr_c, r_hi.to(kr_ptr.dtype.element_ty), mask=j_m & okr)
 
 
 # ==============================================================================================
@@ -340,6 +342,7 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
     for item in range(pid, NH * m_tiles, nprog):
         h = item // m_tiles
         mt = item % m_tiles
+        h64 = tl.full([], h, tl.int64)
         rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
         r_m = rows < T
         rw = (rows % T).to(tl.int64)
@@ -390,8 +393,8 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
         qe = qe.to(dt).to(tl.float32)
         qo = qo.to(dt).to(tl.float32)
         # ---- absorption: query[t, h] = qc @ W_UK[h] ----
-        h_off = h.to(tl.int64) * s_uh
-        q_row = q_ptr + rows.to(tl.int64)[:, None] * s_qt + h.to(tl.int64) * s_qh
+        h_off = h64 * s_uh
+        q_row = q_ptr + rows.to(tl.int64)[:, None] * s_qt + h64 * s_qh
         if Q8:
             amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c0 in range(0, Hckv, BLOCK_C):
@@ -421,7 +424,7 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
             den = tl.zeros_like(r_lo) + safe[:, None]
             r_lo = tl.math.div_rn(r_lo * qs, den)
             r_hi = tl.math.div_rn(r_hi * qs, den)
-        qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h.to(tl.int64) * s_qrh
+        qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h64 * s_qrh
         m2 = r_m[:, None] & j_m[None, :]
         tl.store(qr_row + j[None, :], r_lo.to(dt), mask=m2)
         tl.store(qr_row + (j + Dr2)[None, :], r_hi.to(dt), mask=m2)
@@ -634,3 +637,82 @@ def mla_prolog(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_uq_qr: tor
         BLOCK_M=int(q["BLOCK_M"]), BLOCK_K=int(q["BLOCK_K"]), BLOCK_D=q["BLOCK_D"], BLOCK_R=q["BLOCK_R"],
         BLOCK_C=int(q["BLOCK_C"]), **kw)
     return query, query_rope, dsq
+
+
+# ==============================================================================================
+# compile cases (one per kernel × launch config the launcher can pick)
+# ==============================================================================================
+_MODES = {  # name: (x/W_DQ int8, W_UQ_QR int8, kv int8, kr int8, query int8, smooth)
+    "bf16": (False, False, False, False, False, False),
+    "partial": (False, True, False, False, False, True),
+    "partial_c8": (False, True, True, True, False, True),
+    "a8w8": (True, True, False, False, False, False),
+    "a8w8_c8": (True, True, True, False, True, False),
+    "bf16_c8": (False, False, True, True, False, False),
+}
+
+
+def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7168, Hcq: int = 1536,
+                  D: int = 128, Dr: int = 64, Hckv: int = 512) -> list[dict]:
+    """(kernel × launch config × mode) cases of one config table, for offline compile checks
+    (``ascend_compile_cases`` for triton-ascend; the "cuda" table can be lowered for sm_90 the same way)."""
+    cfg = _all_configs()[backend_key]
+    cases: list[dict] = []
+    i32, f32 = "i32", "*fp32"
+    for b in cfg["down"]["buckets"]:
+        for int8 in (False, True):
+            for even in (True, False):
+                w = "*i8" if int8 else dt
+                sig = {"x_ptr": w, "wdq_ptr": w, "wkv_ptr": w, "ws_ptr": "*i32" if int8 else f32, "T": i32, "He": i32,
+                       "Hcq": i32, "Ckv": i32, "K_PER_SPLIT": i32, "SPLIT_K": i32, "s_xt": i32, "s_xk": i32,
+                       "s_dq_k": i32, "s_dq_n": i32, "s_kv_k": i32, "s_kv_n": i32, "INT8": "constexpr",
+                       "IEEE": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
+                       "BLOCK_K": "constexpr"}
+                ce = dict(INT8=int8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
+                          BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]))
+                cases.append(dict(name=f"mla_prolog_down_t{b['max_t']}_{'i8' if int8 else dt[1:]}_{'even' if even else 'tail'}",
+                                  fn=_down_kernel, signature=sig, constexprs=ce))
+    for mode, (x8, uq8, kv8, kr8, q8, smooth) in _MODES.items():
+        sig = {"ws_ptr": "*i32" if x8 else f32, "dt_ptr": dt, "xs_ptr": f32, "wsdq_ptr": f32, "wskv_ptr": f32,
+               "gq_ptr": dt, "gkv_ptr": dt, "smooth_ptr": f32, "sin_ptr": dt, "cos_ptr": dt, "idx_ptr": "*i64",
+               "kv_ptr": "*i8" if kv8 else dt, "kr_ptr": "*i8" if kr8 else dt, "qsckv_ptr": f32, "qsckr_ptr": f32,
+               "cqn_ptr": "*i8" if uq8 else dt, "cqs_ptr": f32}
+        for a in ("T", "TCT", "Hcq", "Hckv", "Dr", "SPLIT_K", "num_slots", "block_size", "s_sin_t", "s_sin_d",
+                  "s_cos_t", "s_cos_d", "s_idx", "s_kv_b", "s_kv_s", "s_kv_c", "s_kr_b", "s_kr_s", "s_kr_c",
+                  "s_qsckv", "s_qsckr", "s_cqn"):
+            sig[a] = i32
+        sig.update(eps_cq="fp32", eps_ckv="fp32")
+        for c in ("INT8", "QUANT_CQ", "HAS_SMOOTH", "KV_INT8", "KR_INT8", "BLOCK_Q", "BLOCK_KV", "BLOCK_R"):
+            sig[c] = "constexpr"
+        ce = dict(INT8=x8, QUANT_CQ=uq8, HAS_SMOOTH=smooth, KV_INT8=kv8, KR_INT8=kr8, BLOCK_Q=_p2(Hcq),
+                  BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2))
+        cases.append(dict(name=f"mla_prolog_row_{mode}_{dt[1:]}", fn=_row_kernel, signature=sig, constexprs=ce))
+    qcfg = cfg["query"]
+    for key in ("buckets", "buckets_int8"):
+        for b in qcfg.get(key, []) if key in qcfg else []:
+            for mode in (("bf16",) if key == "buckets" else ("partial", "a8w8_c8")) if "buckets_int8" in qcfg \
+                    else ("bf16", "partial", "a8w8_c8"):
+                _, uq8, _, _, q8, _ = _MODES[mode]
+                for even in (True, False):
+                    sig = {"a_ptr": "*i8" if uq8 else dt, "as_ptr": f32, "w_ptr": "*i8" if uq8 else dt,
+                           "wsc_ptr": f32, "wuk_ptr": dt, "sin_ptr": dt, "cos_ptr": dt, "qsckv_ptr": f32,
+                           "q_ptr": "*i8" if q8 else dt, "qr_ptr": dt, "dsq_ptr": f32}
+                    for a in ("T", "Hcq", "NH", "D", "Dr", "Hckv", "s_at", "s_ak", "s_wk", "s_wn", "s_uh", "s_ud",
+                              "s_uc", "s_sin_t", "s_sin_d", "s_cos_t", "s_cos_d", "s_qt", "s_qh", "s_qrt", "s_qrh"):
+                        sig[a] = i32
+                    for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C"):
+                        sig[c] = "constexpr"
+                    ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
+                              BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr // 2), BLOCK_C=int(b["BLOCK_C"]))
+                    cases.append(dict(name=f"mla_prolog_query_t{b['max_t']}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
+                                      fn=_query_kernel, signature=sig, constexprs=ce))
+    return cases
+
+
+def ascend_compile_cases() -> list[dict]:
+    """(kernel × Ascend launch config × mode) cases for the triton-ascend 3.2 + bishengir compile check
+    (DeepSeek-V3 dims: He 7168, Hcq 1536, D 128, Dr 64, Hckv 512; bf16 activations)."""
+    return compile_cases("ascend")
+
+
+__all__ = ["mla_prolog", "supports_reason", "ascend_compile_cases", "compile_cases", "plan", "pack_weights"]
