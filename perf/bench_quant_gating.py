@@ -52,11 +52,24 @@ from reference import quant as RQ  # noqa: E402
 
 L2_BYTES = 50 * 2**20
 OUT: list[str] = []
+_OUT_FILE: list = []  # written line by line, so a run cut short keeps its numbers
 
 
 def emit(line: str = "") -> None:
     print(line, flush=True)
     OUT.append(line)
+    if _OUT_FILE:
+        _OUT_FILE[0].write(line + "\n")
+        _OUT_FILE[0].flush()
+
+
+SWEEP_JSON: list[str] = []
+
+
+def _dump_sweep(log: list) -> None:
+    if SWEEP_JSON:
+        with open(SWEEP_JSON[0], "w") as f:
+            json.dump(log, f, indent=0)
 
 
 def graph_time_us(fns, calls: int = 20, replays: int = 10) -> float:
@@ -162,6 +175,7 @@ def bench_quant_matmul(dev, bw_gbs, sweep, sweep_log):
                         tc = time_qmm(sets, c)
                         p = TQ.plan_quant_matmul(M, N, K, dev, c)
                         sweep_log.append(dict(op="quant_matmul", M=M, K=K, N=N, config=c, split=p["SPLIT_K"], us=tc))
+                        _dump_sweep(sweep_log)
                         emit(f"<!-- sweep M={M} K={K} N={N} {c} split={p['SPLIT_K']}: {tc:.2f} us -->")
                         if tc < best[0]:
                             best = (tc, c)
@@ -259,18 +273,19 @@ def bench_gating(dev, sweep, sweep_log):
     emit("|---|---|---|---|---|---|")
     g = torch.Generator(device=dev).manual_seed(0)
     bias = 0.5 * torch.randn(256, generator=g, device=dev)
-    cands = [dict(BLOCK_T=bt, num_warps=w) for bt in (1, 2, 4, 8) for w in (1, 2, 4)]
+    cands = [dict(BLOCK_T=bt, num_warps=w) for bt, w in ((1, 1), (1, 2), (2, 2), (4, 2), (4, 4), (8, 4))]
     for T in (1, 16, 64, 128, 256, 4096):
         for dt in (torch.bfloat16, torch.float32):
             x = (2 * torch.randn(T, 256, generator=g, device=dev)).to(dt)
             t = graph_time_us([lambda: TG.moe_gating_top_k(x, 8, bias=bias, **DS)], calls=50)
             cfg = TG._all_configs()["cuda"]
             bt = max(1, min(cfg["tile_elems"] // 256, cfg["max_block_t"], triton.next_power_of_2(T)))
-            if sweep and dt == torch.bfloat16:
+            if sweep and dt == torch.bfloat16 and T in (1, 64, 256, 4096):
                 for c in cands:
                     try:
                         tc = graph_time_us([lambda c=c: TG.moe_gating_top_k_config(x, 8, bias=bias, config=c, **DS)], calls=50)
                         sweep_log.append(dict(op="moe_gating_top_k", T=T, config=c, us=tc))
+                        _dump_sweep(sweep_log)
                         emit(f"<!-- sweep gating T={T} {c}: {tc:.2f} us -->")
                     except Exception as e:  # noqa: BLE001
                         emit(f"<!-- sweep gating T={T} {c}: {type(e).__name__}: {str(e)[:200]} -->")
@@ -322,6 +337,8 @@ def main() -> int:
     args = ap.parse_args()
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    _OUT_FILE.append(open(args.out, "w"))
     emit(f"# quant / gating benchmarks — {time.strftime('%Y-%m-%d %H:%M')}")
     emit(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
          f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs. Command: `python3 perf/bench_quant_gating.py "
@@ -329,6 +346,8 @@ def main() -> int:
     bw = copy_bandwidth(dev)
     emit(f"\nMeasured device copy bandwidth: **{bw:.0f} GB/s** (1 GiB dst.copy_(src)).")
     sweep_log: list[dict] = []
+    if args.json:
+        SWEEP_JSON.append(args.json)
     only = set(filter(None, args.only.split(",")))
     t0 = time.time()
     for key, fn in (("gating", lambda: bench_gating(dev, args.sweep, sweep_log)),
@@ -343,12 +362,8 @@ def main() -> int:
         except Exception:  # noqa: BLE001
             emit(f"\n<!-- section {key} failed:\n{traceback.format_exc()[-1500:]}\n-->")
         emit(f"\n<!-- {key} done at {time.time() - t0:.0f} s -->")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write("\n".join(OUT) + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(sweep_log, f, indent=1)
+    _OUT_FILE[0].close()
+    _dump_sweep(sweep_log)
     return 0
 
 

@@ -6,7 +6,8 @@ measured error instead of raising, so one bad row does not stop the report.
 
 Which row applies to which output:
 
-* output 0: the op's ``SPEC.tolerance`` row;
+* output 0: the op's ``SPEC.tolerance`` row (its dtype's row when that is ``fp32`` but the output is bf16/fp16, as
+  for ops whose output follows the input dtype; integer outputs are always exact);
 * every other output and every mutated argument (caches): integer dtypes exact (``int8`` row), fp32 the ``fp32``
   row, bf16/fp16 their row;
 * non-finite values must sit at the same places with the same sign/kind (NaN where the reference has NaN, e.g. an
@@ -50,7 +51,10 @@ def cos_diff(x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def _kind_for(t: torch.Tensor, main_kind: str | None) -> str:
-    if main_kind is not None:
+    """The tolerance row for tensor ``t``: its dtype's row; for output 0 the op's ``SPEC.tolerance`` instead, unless
+    that is the fp32 row and the output is a 16-bit float (an op whose output follows its input dtype)."""
+    if main_kind is not None and t.is_floating_point() and not (
+            main_kind == "fp32" and t.dtype in (torch.bfloat16, torch.float16)):
         return main_kind
     if not t.is_floating_point():
         return "int8"

@@ -201,6 +201,11 @@ def _profile_one(dev, desc, fn, args, kwargs, peaks, ceilings, specs) -> dict:
                          share_pct=100 * t / whole if whole else None, tflops=tfl,
                          pct_peak=100 * tfl / pk if (tfl and pk) else None,
                          pct_achievable=100 * tfl / ach if (tfl and ach) else None))
+    ds_share = sum(r["share_pct"] or 0.0 for r in rows)
+    ds_flops = sum(r["flops"] for r in rows)
+    rows.append(dict(op="(everything else)", calls=0, flops=sum(flops.values()) - ds_flops,
+                     time_us=max(0.0, whole - sum(r["time_us"] for r in rows)), share_pct=max(0.0, 100 - ds_share),
+                     tflops=None, pct_peak=None, pct_achievable=None))
     return {"layer": desc, "total_us": total.p50_us, "profiled_us": whole, "layer_flops": sum(flops.values()),
             "time_basis": "device time (CUDA profiler)" if use_device else "CPU time (profiler)", "ops": rows}
 

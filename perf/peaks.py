@@ -232,7 +232,7 @@ def _median_seconds(fn: Callable[[], object], device: torch.device, reps: int) -
 
 def measure_ceilings(device: str | torch.device, *, quick: bool = False) -> dict[str, Ceiling]:
     """Measure the achievable ceilings on ``device``: ``bf16`` (TFLOPS of an n³ bf16 matmul on random data),
-    ``int8`` (TOPS of ``torch._int_mm``, B column-major), ``fp32`` (TFLOPS of an fp32 matmul, CPU only) and
+    ``int8`` (TOPS of ``torch._int_mm``, B column-major), ``fp32`` (TFLOPS of an fp32 matmul, TF32 off) and
     ``hbm_tbs`` (device-to-device copy, bytes read + written). GPU/NPU: n = 8192 and a 2 GiB copy (1 GiB with
     ``quick``); CPU: small sizes so it takes well under a second on 2 cores. Failures are recorded, not raised."""
     dev = torch.device(device)
@@ -262,9 +262,14 @@ def measure_ceilings(device: str | torch.device, *, quick: bool = False) -> dict
         return 2 * n_mm ** 3 / _median_seconds(lambda: torch._int_mm(a, b), dev, reps) / 1e12
 
     def mm_fp32():
-        n = 1024
+        n = 1024 if on_cpu else 4096
         a, b = rand((n, n), torch.float32), rand((n, n), torch.float32)
-        return 2 * n ** 3 / _median_seconds(lambda: a @ b, dev, reps) / 1e12
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False     # plain fp32 FMA, not the tensor cores' tf32
+        try:
+            return 2 * n ** 3 / _median_seconds(lambda: a @ b, dev, reps) / 1e12
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
 
     def copy():
         src = torch.empty(copy_bytes // 2, dtype=torch.bfloat16, device=dev).uniform_(-1, 1)
@@ -273,8 +278,8 @@ def measure_ceilings(device: str | torch.device, *, quick: bool = False) -> dict
 
     attempt("bf16", f"bf16 {n_mm}x{n_mm}x{n_mm} matmul (torch @, random data), median", mm_bf16)
     attempt("int8", f"int8 {n_mm}x{n_mm}x{n_mm} torch._int_mm (B column-major, random data), median", mm_int8)
-    if on_cpu:
-        attempt("fp32", "fp32 1024x1024x1024 matmul (torch @, random data), median", mm_fp32)
+    n32 = 1024 if on_cpu else 4096
+    attempt("fp32", f"fp32 {n32}x{n32}x{n32} matmul (torch @, TF32 off, random data), median", mm_fp32)
     attempt("hbm_tbs", f"device copy of {copy_bytes >> 20} MiB (bytes read + written), median", copy)
     return out
 

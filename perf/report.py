@@ -210,7 +210,7 @@ def print_table(rows: Sequence[dict], layer: dict, notes: Sequence[str]) -> None
         for n in notes:
             print("note:", n)
         return
-    width = max(150, int(os.environ.get("COLUMNS", "0") or 0))
+    width = max(200, int(os.environ.get("COLUMNS", "0") or 0))
     con = Console(width=width)
     t = Table(title="ds-ops perf", show_lines=False, pad_edge=False)
     for k, h in cols:

@@ -409,6 +409,12 @@ def _common_flags(manifest: dict) -> list[str]:
     return [f"--target={ARCH}"]
 
 
+def _short(msg: str, limit: int = 400) -> str:
+    """A table cell: bishengir's generic '(possible reason: ...)' hint dropped, long messages cut."""
+    msg = re.sub(r"\s*\(possible reason:[^)]*\)", "", msg)
+    return msg if len(msg) <= limit else msg[:limit - 1] + "…"
+
+
 def docs_section(manifest: dict, skipped: list) -> str:
     rows = table_rows(manifest)
     lines = [DOC_BEGIN, "", *versions_lines(manifest), ""]
@@ -421,6 +427,7 @@ def docs_section(manifest: dict, skipped: list) -> str:
         lines.append("| " + " | ".join(HEADER) + " |")
         lines.append("|" + "---|" * len(HEADER))
         for r in rows:
+            r = r[:9] + [_short(r[9])]
             lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in r) + " |")
     else:
         lines.append("No Triton kernel module in `ops/triton/` defines cases yet.")

@@ -54,11 +54,15 @@ from reference import quant as RQ  # noqa: E402
 
 LINES: list[str] = []
 FAILS: list[str] = []
+_OUT_FILE: list = []  # the --out file, written line by line (a run cut short keeps what it printed)
 
 
 def log(msg: str = "") -> None:
     print(msg, flush=True)
     LINES.append(msg)
+    if _OUT_FILE:
+        _OUT_FILE[0].write(msg + "\n")
+        _OUT_FILE[0].flush()
 
 
 def check(name: str, ok: bool, detail: str = "") -> None:
@@ -361,6 +365,8 @@ def main() -> int:
         QMM_SHAPES, DQ_KS, RMS_HS = [("tiny", 300, 96), ("tiny_wide", 1368, 40)], (576, 1368), (512,)
         args.quick = True
     dev = torch.device("cpu" if args.smoke else "cuda")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    _OUT_FILE.append(open(args.out, "w"))
     import triton
     log(f"# check_quant_gating  {time.strftime('%Y-%m-%d %H:%M:%S')}")
     log(f"device={torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu (interpreter smoke run)'}  torch={torch.__version__}  triton={triton.__version__}")
@@ -383,9 +389,7 @@ def main() -> int:
             if orig_empty is not None:
                 torch.empty = orig_empty
     log(f"\n{len(FAILS)} failed checks in {time.time() - t0:.0f} s: {FAILS}")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write("\n".join(LINES) + "\n")
+    _OUT_FILE[0].close()
     return 1 if FAILS else 0
 
 

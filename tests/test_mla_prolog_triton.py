@@ -1,0 +1,383 @@
+"""Triton kernels of ds::mla_prolog (ops/triton/mla_prolog.py) vs the reference, every quant mode.
+
+On a CPU-only machine this runs under TRITON_INTERPRET=1 (conftest) with fp16 / fp32 activations (the
+interpreter computes bf16 tl.dot wrongly) and tiny dims (He 64, Hcq 96, N 2; DeepSeek's Hckv 512, D 128,
+Dr 64 kept, plus odd dims that exercise every mask). With CUDA it runs the same tests on the GPU in bf16
+(tests/gpu/check_mla_prolog.py runs it on the H200). Both config tables are exercised on the CPU: "ascend"
+(what the interpreter picks: persistent loops, grid caps, split-K) and "cuda" (forced).
+
+Every buffer the launcher allocates is poisoned (NaN / INT_MIN) so an unwritten element fails; caches
+start as NaN (float) or random (int8), and rows that must not be written are compared bit for bit.
+Field cases P1–P5 (shared/cases.md) are named in the test names.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import example, given, settings, strategies as st
+
+import ops
+from ops import mla_prolog as M
+from reference import mla_prolog as R
+from tolerances import assert_close
+
+from conftest import requires_triton
+
+pytestmark = [requires_triton, pytest.mark.interpreter]
+K = pytest.importorskip("ops.triton.mla_prolog")
+
+CUDA = torch.cuda.is_available()
+DEV = "cuda" if CUDA else "cpu"
+DT = torch.bfloat16 if CUDA else torch.float16       # the interpreter's bf16 tl.dot is wrong
+KIND = "bf16" if CUDA else "fp16"
+
+_EMPTY = torch.empty
+
+
+def _poisoned_empty(*args, **kwargs):
+    t = _EMPTY(*args, **kwargs)
+    if t.is_floating_point():
+        t.fill_(float("nan"))
+    elif t.dtype != torch.bool:
+        t.fill_(torch.iinfo(t.dtype).min)
+    return t
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    """Kernel outputs and workspaces start as NaN / INT_MIN."""
+    monkeypatch.setattr(torch, "empty", _poisoned_empty)
+
+
+@pytest.fixture(params=["ascend", "cuda"] if not CUDA else ["cuda"])
+def table(request, monkeypatch):
+    """Which config table the launcher uses (the CPU normally picks "ascend")."""
+    monkeypatch.setattr(K, "_backend_key", lambda device: request.param)
+    return request.param
+
+
+def small(mode="bf16", T=6, N=2, *, dtype=DT, seed=0, **kw):
+    shape = dict(T=T, N=N, He=64, Hcq=96, Hckv=512, D=128, Dr=64, block_size=16, mode=mode)
+    if "B" in kw:
+        shape.pop("T")
+    shape.update(kw)
+    return M.make_inputs(shape, dtype=dtype, device=DEV, generator=torch.Generator().manual_seed(seed))
+
+
+def clone(inp):
+    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+
+
+def bits(t):
+    t = t.contiguous()
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def run(inp, backend="triton"):
+    with ops.backend(backend):
+        return M.mla_prolog(**inp)
+
+
+def _int8_close(out, ref, name, min_exact=0.99):
+    """int8 outputs: at most 1 LSB off (fp32 sums in another order can cross a rounding tie), nearly all exact."""
+    assert out.dtype == torch.int8 and out.shape == ref.shape, name
+    if out.numel() == 0:
+        return
+    d = (out.long() - ref.long()).abs()
+    assert int(d.max()) <= 1, f"{name}: int8 differs by {int(d.max())} LSB"
+    assert (d == 0).double().mean().item() >= min_exact, f"{name}: only {(d == 0).double().mean():.4f} exact"
+
+
+def compare(inp, *, backend_ref="reference"):
+    """Run reference and Triton on copies of ``inp``; compare outputs and the whole caches."""
+    a, b = clone(inp), clone(inp)
+    ra = run(a, backend_ref)
+    rb = run(b, "triton")
+    q, qr, s = rb
+    assert q.shape == ra[0].shape and qr.shape == ra[1].shape and s.shape == ra[2].shape
+    assert q.dtype == ra[0].dtype and qr.dtype == ra[1].dtype and s.dtype == torch.float32
+    kind = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "bf16"}[qr.dtype]
+    if q.dtype == torch.int8:
+        _int8_close(q, ra[0], "query")
+        assert_close(s, ra[2], kind, name="dequant_scale_q_nope")
+    else:
+        assert_close(q, ra[0], kind, name="query")
+    assert_close(qr, ra[1], kind, name="query_rope")
+    idx = inp["cache_index"].reshape(-1).cpu()
+    nslots = inp["kv_cache"].shape[0] * inp["kv_cache"].shape[1]
+    w = idx[(idx >= 0) & (idx < nslots)]
+    for name in ("kv_cache", "kr_cache"):
+        ca, cb = a[name], b[name]
+        fa, fb = ca.reshape(-1, ca.shape[-1]), cb.reshape(-1, cb.shape[-1])
+        keep = torch.ones(fa.shape[0], dtype=torch.bool)
+        keep[w] = False
+        keep = keep.to(fa.device)
+        assert torch.equal(bits(fb[keep]), bits(bits_src := inp[name].reshape(-1, ca.shape[-1])[keep])), \
+            f"{name}: a row that must not be written changed"
+        del bits_src
+        if len(w):
+            if ca.dtype == torch.int8:
+                _int8_close(fb[w.to(fb.device)], fa[w.to(fa.device)], name)
+            else:
+                assert_close(fb[w.to(fb.device)], fa[w.to(fa.device)], kind, name=name)
+    return a, b, ra, rb
+
+
+# ----------------------------------------------------------------------------------------------
+# every mode, both config tables, token tiles and split-K
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", M.MODES)
+@pytest.mark.parametrize("T", [1, 19])
+def test_modes_match_reference(mode, T, table):
+    compare(small(mode, T=T, seed=T))
+
+
+@pytest.mark.parametrize("mode", ["bf16", "a8w8"])
+def test_split_k_and_k_tail(mode, table):
+    """He = 1000: several K splits (cuda table) and a K tail that is not a multiple of BLOCK_K."""
+    compare(small(mode, T=3, He=1000, seed=4))
+
+
+def test_fp32_activations():
+    compare(small("bf16", T=5, dtype=torch.float32, seed=5))
+
+
+def test_odd_dims_exercise_masks(table):
+    """D, Dr/2, Hckv, Hcq not powers of two and not multiples of the tiles (BLOCK_D/R/C/K masks)."""
+    compare(small("bf16", T=4, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=6))
+    compare(small("a8w8_c8", T=4, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=7))
+
+
+@given(T=st.integers(1, 20), N=st.integers(1, 3), bs=st.sampled_from([1, 16]), He=st.sampled_from([32, 64, 80]),
+       mode=st.sampled_from(M.MODES), seed=st.integers(0, 2**16))
+@example(T=17, N=1, bs=1, He=80, mode="a8w8_c8", seed=0)
+@settings(max_examples=8)
+def test_hypothesis_matches_reference(T, N, bs, He, mode, seed):
+    compare(small(mode, T=T, N=N, He=He, Hcq=48, block_size=bs, seed=seed))
+
+
+def test_3d_token_x():
+    compare(small("a8w8_c8", B=3, S=2, seed=8))
+
+
+def test_all_outputs_written_no_nan():
+    inp = small("bf16", T=9, seed=9)
+    q, qr, _ = run(inp)
+    assert not torch.isnan(q).any() and not torch.isnan(qr).any()
+
+
+def test_full_c8_zero_query_row_is_finite():
+    """A head whose q_N row is all zero: dequant_scale_q_nope 0, query 0, query_rope finite (÷1)."""
+    inp = small("a8w8_c8", T=3)
+    inp["weight_uk"] = inp["weight_uk"].clone()
+    inp["weight_uk"][1] = 0
+    q, qr, s = run(inp)
+    assert (q[:, 1] == 0).all() and (s[:, 1] == 0).all() and torch.isfinite(qr.float()).all()
+    assert (s[:, 0] > 0).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# field cases
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["bf16", "a8w8", "partial_c8"])
+def test_P1_noncontiguous_inputs_and_packed_weights(mode):
+    """token_x as a column slice of a wider tensor, transposed-storage rope tables, K-major (packed)
+    int8 weights and a transposed-storage W_UK: results bit-identical to the contiguous call."""
+    inp = small(mode, T=7, seed=11)
+    b = clone(inp)
+    x = b["token_x"]
+    wide = torch.zeros(x.shape[0], x.shape[1] + 40, dtype=x.dtype, device=x.device)
+    wide[:, 24:24 + x.shape[1]] = x
+    b["token_x"] = wide[:, 24:24 + x.shape[1]]
+    assert not b["token_x"].is_contiguous()
+    b["rope_sin"] = b["rope_sin"].T.contiguous().T
+    b["weight_uk"] = b["weight_uk"].transpose(1, 2).contiguous().transpose(1, 2)
+    b = K.pack_weights(b, "cuda")
+    if mode != "bf16":
+        assert b["weight_uq_qr"].stride() == (1, b["weight_uq_qr"].shape[0])
+    a = clone(inp)
+    out_a, out_b = run(a), run(b)
+    for u, v in zip(out_a, out_b):
+        assert torch.equal(bits(u), bits(v))
+    assert torch.equal(bits(a["kv_cache"]), bits(b["kv_cache"])) and torch.equal(bits(a["kr_cache"]), bits(b["kr_cache"]))
+
+
+@pytest.mark.parametrize("mode", ["bf16", "partial_c8", "a8w8_c8"])
+def test_P2_negative_cache_index_not_written(mode):
+    inp = small(mode, T=9, cache_fill="random", seed=12)
+    idx = inp["cache_index"].clone()
+    idx[0], idx[4], idx[8] = -1, -1, -7
+    idx[1] = 5
+    inp["cache_index"] = idx
+    a, b, _, _ = compare(inp)       # compares every cache row: written ones to the reference, others bit-identical
+    assert not torch.equal(bits(b["kv_cache"]), bits(inp["kv_cache"]))
+
+
+def test_P2_all_negative_writes_nothing():
+    inp = small("bf16", T=5)
+    inp["cache_index"] = torch.full_like(inp["cache_index"], -1)
+    before = clone(inp)
+    q, qr, _ = run(inp)
+    assert q.shape == (5, 2, 512) and not torch.isnan(q).any()
+    assert torch.equal(bits(inp["kv_cache"]), bits(before["kv_cache"]))
+    assert torch.equal(bits(inp["kr_cache"]), bits(before["kr_cache"]))
+
+
+def test_P3_bad_cache_index_raises_before_writing():
+    inp = small("bf16", T=6)
+    slots = inp["kv_cache"].shape[0] * inp["kv_cache"].shape[1]
+    inp["cache_index"] = torch.arange(6, device=DEV) * 3
+    inp["cache_index"][3] = slots
+    before = clone(inp)
+    with pytest.raises(ValueError, match=rf"cache_index\[3\] = {slots} is out of range"):
+        run(inp)
+    assert torch.equal(bits(inp["kv_cache"]), bits(before["kv_cache"]))
+
+
+@pytest.mark.parametrize("mode", ["bf16", "partial_c8"])
+def test_P3_out_of_range_with_checks_off_never_writes_outside(mode, monkeypatch):
+    """DS_OPS_CHECKS=0: ids ≥ num_blocks·block_size (and 2^40) are skipped by the kernel's masked stores.
+    The caches are views into larger buffers with guard blocks on both sides that must stay untouched."""
+    monkeypatch.setenv("DS_OPS_CHECKS", "0")
+    inp = small(mode, T=6, seed=13)
+    guards = {}
+    for name in ("kv_cache", "kr_cache"):
+        c = inp[name]
+        buf = torch.empty((c.shape[0] + 2,) + tuple(c.shape[1:]), dtype=c.dtype, device=c.device)
+        buf.copy_(torch.cat([c[:1], c, c[:1]]))
+        inp[name] = buf[1:-1]
+        guards[name] = buf
+    slots = inp["kv_cache"].shape[0] * inp["kv_cache"].shape[1]
+    idx = inp["cache_index"].clone()
+    idx[2], idx[4] = slots, 2**40
+    idx[5] = slots + inp["kv_cache"].shape[1]      # would land in the upper guard block
+    inp["cache_index"] = idx
+    before = {k: v.clone() for k, v in guards.items()}
+    expect = clone(inp)
+    expect["cache_index"] = torch.where(idx >= slots, -1, idx)
+    with ops.backend("reference"):
+        want = M.mla_prolog(**expect)
+    got = run(inp)
+    for u, v in zip(got, want):
+        assert torch.equal(bits(u), bits(v)) or u.dtype != torch.int8 and torch.allclose(u.float(), v.float(), rtol=2e-2,
+                                                                                         atol=2e-2)
+    for name, buf in guards.items():
+        assert torch.equal(bits(buf[0]), bits(before[name][0])) and torch.equal(bits(buf[-1]), bits(before[name][-1])), \
+            f"{name}: a guard block outside the cache was written"
+
+
+@pytest.mark.parametrize("mode", ["bf16", "a8w8_c8"])
+@pytest.mark.parametrize("lead", [dict(T=0), dict(B=2, S=0)])
+def test_P4_zero_tokens(mode, lead):
+    inp = small(mode, **lead)
+    before = clone(inp)
+    q, qr, s = run(inp)
+    shp = tuple(inp["token_x"].shape[:-1])
+    assert q.shape == shp + (2, 512) and qr.shape == shp + (2, 64)
+    assert s.shape == ((0, 2, 1) if mode == "a8w8_c8" else (0,))
+    assert torch.equal(bits(inp["kv_cache"]), bits(before["kv_cache"]))
+    assert torch.equal(bits(inp["kr_cache"]), bits(before["kr_cache"]))
+
+
+def test_P5_rope_interleaved_in_rotate_half_out_matches_hf():
+    """q_rope·k_rope and the k_rope cache rows equal HF DeepSeek-V3's apply_rotary_pos_emb_interleave on
+    the same (rounded) q_rot / k_rot, with HF's own sin/cos."""
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import (DeepseekV3RotaryEmbedding,
+                                                                      apply_rotary_pos_emb_interleave)
+    inp = small("bf16", T=8, seed=3)
+    inp["cache_index"] = torch.arange(8, device=DEV) * 2 + 1
+    cfg = DeepseekV3Config(hidden_size=64, num_attention_heads=2, qk_rope_head_dim=64, rope_interleave=True,
+                           max_position_embeddings=8192)
+    cos, sin = DeepseekV3RotaryEmbedding(cfg)(torch.zeros(1), torch.tensor([[0, 1, 2, 17, 100, 1000, 4095, 8000]]))
+    inp["rope_cos"], inp["rope_sin"] = cos[0].to(DT).to(DEV), sin[0].to(DT).to(DEV)
+    before = clone(inp)
+    q, qr, _ = run(inp)
+    b = {k: (v.double().cpu() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in before.items()}
+    r = lambda t: t.to(DT).double()  # noqa: E731
+    cq = r(b["token_x"] @ b["weight_dq"])
+    cqn = r(cq / torch.sqrt(cq.pow(2).mean(-1, keepdim=True) + b["rmsnorm_epsilon_cq"]) * b["rmsnorm_gamma_cq"])
+    q_rot = r(cqn @ b["weight_uq_qr"]).view(8, 2, 192)[..., 128:]
+    k_rot = r(b["token_x"] @ b["weight_dkv_kr"])[:, 512:]
+    q_hf, k_hf = apply_rotary_pos_emb_interleave(q_rot, k_rot[:, None], b["rope_cos"], b["rope_sin"], unsqueeze_dim=1)
+    kr = inp["kr_cache"].reshape(-1, 64)[inp["cache_index"]].double().cpu()
+    assert_close(kr, k_hf[:, 0], KIND, name="k_rope cache rows (de-interleaved order)")
+    assert_close(qr.double().cpu(), q_hf, KIND, name="query_rope")
+    assert_close(torch.einsum("tnr,sr->tns", qr.double().cpu(), kr), torch.einsum("tnr,sr->tns", q_hf, k_hf[:, 0]),
+                 KIND, name="q_rope·k_ropeᵀ")
+
+
+# ----------------------------------------------------------------------------------------------
+# dispatch, supports_reason, compile cases, plan
+# ----------------------------------------------------------------------------------------------
+def test_registered_op_and_eager_agree():
+    inp = small("bf16", T=4, seed=14)
+    a, b = clone(inp), clone(inp)
+    with ops.backend("triton"):
+        assert M.mla_prolog.select((), a)[0] == "triton"
+        u = M.mla_prolog(**a)
+        v = torch.ops.ds.mla_prolog(**b)
+    for x, y in zip(u, v):
+        assert torch.equal(bits(x), bits(y))
+
+
+def test_supports_reason():
+    inp = small("bf16", T=2)
+    assert K.supports_reason(**inp) is None
+    assert "PA_BSND" in K.supports_reason(**dict(inp, cache_mode="PA_NZ"))
+    if not CUDA:
+        bf = small("bf16", T=2, dtype=torch.bfloat16)
+        assert "TRITON_INTERPRET" in K.supports_reason(**bf)
+        with ops.backend("triton"), pytest.raises(ops.BackendUnavailable, match="bf16 tl.dot"):
+            M.mla_prolog(**bf)
+
+
+def test_ascend_compile_cases_are_well_formed():
+    import inspect
+    cases = K.ascend_compile_cases()
+    names = [c["name"] for c in cases]
+    assert len(names) == len(set(names)) and len(cases) >= 10
+    kernels = {c["fn"] for c in cases}
+    assert kernels == {K._down_kernel, K._row_kernel, K._query_kernel}
+    for c in cases:
+        params = list(inspect.signature(c["fn"].fn).parameters)
+        assert list(c["signature"]) == params, c["name"]
+        assert {k for k, v in c["signature"].items() if v == "constexpr"} == set(c["constexprs"]), c["name"]
+    # Ascend tiles fit: the query kernel's largest fp32 accumulator ≤ 64 KiB (L0C is 128 KiB)
+    for c in cases:
+        ce = c["constexprs"]
+        if c["fn"] is K._query_kernel:
+            assert ce["BLOCK_M"] * max(ce["BLOCK_D"], ce["BLOCK_C"]) * 4 <= 64 * 1024
+
+
+def test_plan_reads_shapes_only_and_fills_the_device():
+    p = K.plan(1, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="cuda")
+    d = p["down"]
+    assert d["SPLIT_K"] > 1 and d["grid"] >= 2 * 20 // 2
+    assert d["SPLIT_K"] * d["K_PER_SPLIT"] >= 7168 > (d["SPLIT_K"] - 1) * d["K_PER_SPLIT"]
+    assert p["query"]["grid"] == 128
+    p = K.plan(128, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="ascend")
+    assert p["down"]["grid"] <= 20 and p["query"]["grid"] <= 20 and p["row"]["grid"] <= 40
+
+
+@pytest.mark.skipif(not CUDA, reason="CUDA-graph capture needs a GPU")
+def test_cuda_graph_capture(monkeypatch):
+    monkeypatch.setattr(torch, "empty", _EMPTY)
+    inp = small("a8w8", T=4, seed=15)
+    ref = run(clone(inp))
+    g_in = clone(inp)
+    run(clone(inp))                                  # warm-up compiles
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run(clone(inp))
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = run(g_in)
+    g.replay()
+    torch.cuda.synchronize()
+    for u, v in zip(out, ref):
+        assert torch.equal(bits(u), bits(v))
