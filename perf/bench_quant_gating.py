@@ -64,6 +64,7 @@ def emit(line: str = "") -> None:
 
 
 SWEEP_JSON: list[str] = []
+SWEEP_DEADLINE = [float("inf")]  # time.time() after which no more sweep candidates are timed
 
 
 def _dump_sweep(log: list) -> None:
@@ -171,6 +172,9 @@ def bench_quant_matmul(dev, bw_gbs, sweep, sweep_log):
             if sweep:
                 cands = large_m_candidates() if M >= 1024 else small_m_candidates(M)
                 for c in cands:
+                    if time.time() > SWEEP_DEADLINE[0]:
+                        emit("<!-- sweep budget spent -->")
+                        break
                     try:
                         tc = time_qmm(sets, c)
                         p = TQ.plan_quant_matmul(M, N, K, dev, c)
@@ -282,6 +286,8 @@ def bench_gating(dev, sweep, sweep_log):
             bt = max(1, min(cfg["tile_elems"] // 256, cfg["max_block_t"], triton.next_power_of_2(T)))
             if sweep and dt == torch.bfloat16 and T in (1, 64, 256, 4096):
                 for c in cands:
+                    if time.time() > SWEEP_DEADLINE[0]:
+                        break
                     try:
                         tc = graph_time_us([lambda c=c: TG.moe_gating_top_k_config(x, 8, bias=bias, config=c, **DS)], calls=50)
                         sweep_log.append(dict(op="moe_gating_top_k", T=T, config=c, us=tc))
@@ -333,6 +339,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "perf", "quant_gating_results.md"))
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--json", default=None, help="write the sweep log here")
+    ap.add_argument("--sweep-budget", type=float, default=1e9, help="seconds of sweeping at most")
     ap.add_argument("--only", default="", help="comma list of sections: qmm,pipeline,rows,gating,dispatch")
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -346,6 +353,7 @@ def main() -> int:
     bw = copy_bandwidth(dev)
     emit(f"\nMeasured device copy bandwidth: **{bw:.0f} GB/s** (1 GiB dst.copy_(src)).")
     sweep_log: list[dict] = []
+    SWEEP_DEADLINE[0] = time.time() + args.sweep_budget
     if args.json:
         SWEEP_JSON.append(args.json)
     only = set(filter(None, args.only.split(",")))

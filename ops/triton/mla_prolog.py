@@ -447,13 +447,14 @@ def _flat_scale(s: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
 
 def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: torch.device, *,
          int8_down: bool = False, int8_query: bool = False, backend_key: str | None = None,
-         overrides: dict | None = None) -> dict:
+         overrides: dict | None = None, cores: int | None = None) -> dict:
     """The launch plan for these shapes (shapes only, no data): per-kernel tiles, SPLIT_K, grids.
-    ``overrides`` = {"down": {...}, "query": {...}, "row": {...}} replaces bucket entries (perf sweeps)."""
+    ``overrides`` = {"down": {...}, "query": {...}, "row": {...}} replaces bucket entries (perf sweeps);
+    ``cores`` overrides the core count (default: the config's, or the device's SM count)."""
     key = backend_key or _backend_key(device)
     cfg = _all_configs()[key]
     ov = overrides or {}
-    cores = _cores(cfg, device)
+    cores = cores or _cores(cfg, device)
     # --- down GEMM ---
     dc = cfg["down"]
     d = dict(_bucket(T, dc["buckets_int8" if int8_down and "buckets_int8" in dc else "buckets"]))

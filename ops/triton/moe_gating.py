@@ -45,7 +45,7 @@ def _backend_key(device: torch.device) -> str:
     return "cuda" if device.type == "cuda" else "ascend"
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "rsf", "eps"])
 def _moe_gating_kernel(x_ptr, bias_ptr, y_ptr, idx_ptr, norm_ptr, T, stride_xt, rsf, eps,
                        E: tl.constexpr, G: tl.constexpr, GS: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr,
                        K: tl.constexpr, K_PAD: tl.constexpr, KG: tl.constexpr, GROUP_MODE: tl.constexpr,
