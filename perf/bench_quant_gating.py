@@ -64,6 +64,7 @@ def emit(line: str = "") -> None:
 
 
 SWEEP_JSON: list[str] = []
+FLOORS_ONLY = [False]  # --floors: only the shapes the issue sets floors for
 SWEEP_DEADLINE = [float("inf")]  # time.time() after which no more sweep candidates are timed
 
 
@@ -161,7 +162,9 @@ def bench_quant_matmul(dev, bw_gbs, sweep, sweep_log):
          "cuBLAS _int_mm + epilogue µs | unfused reference µs | row-major weight µs |")
     emit("|---|---|---|---|---|---|---|---|---|---|---|")
     shapes = [(M, 7168, 2112) for M in (1, 16, 64, 128)] + [(M, 1536, 24576) for M in (1, 16, 64, 128)] + \
-             [(M, 16384, 7168) for M in (16, 128)] + [(4096, 7168, 2048), (4096, 7168, 2112), (4096, 1536, 24576)]
+             [(4096, 7168, 2048)]
+    if not FLOORS_ONLY[0]:
+        shapes += [(M, 16384, 7168) for M in (16, 128)] + [(4096, 7168, 2112), (4096, 1536, 24576)]
     for M, K, N in shapes:
         try:
             nc = copies_for(K * N)
@@ -339,6 +342,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "perf", "quant_gating_results.md"))
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--json", default=None, help="write the sweep log here")
+    ap.add_argument("--floors", action="store_true", help="quant_matmul: only the floor shapes")
     ap.add_argument("--sweep-budget", type=float, default=1e9, help="seconds of sweeping at most")
     ap.add_argument("--only", default="", help="comma list of sections: qmm,pipeline,rows,gating,dispatch")
     args = ap.parse_args()
@@ -354,6 +358,7 @@ def main() -> int:
     emit(f"\nMeasured device copy bandwidth: **{bw:.0f} GB/s** (1 GiB dst.copy_(src)).")
     sweep_log: list[dict] = []
     SWEEP_DEADLINE[0] = time.time() + args.sweep_budget
+    FLOORS_ONLY[0] = args.floors
     if args.json:
         SWEEP_JSON.append(args.json)
     only = set(filter(None, args.only.split(",")))

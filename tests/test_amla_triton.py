@@ -79,7 +79,17 @@ def poisoned(monkeypatch):
     monkeypatch.setattr(tri, "_empty", _empty)
 
 
-def run(args, causal=True, **kw):
+# the three rescale variants: CANN's AMLA (c rounded, compensation, n re-chosen every block: the interpreter
+# and Ascend default), the CUDA default (c in fp32, lazy reference), and FlashAttention's multiply
+VARIANTS = {"amla": dict(rescale="amla", round_c=True, lazy=-1.0),
+            "amla_lazy": dict(rescale="amla", round_c=False, lazy=8.0),
+            "amla_lazy_rounded": dict(rescale="amla", round_c=True, lazy=3.0),
+            "multiply": dict(rescale="multiply")}
+
+
+def run(args, causal=True, variant=None, **kw):
+    if variant is not None:
+        kw = dict(VARIANTS[variant], **kw)
     return tri.amla_variant(*args, SCALE, causal, **kw)
 
 
@@ -112,11 +122,11 @@ def fp64_attention(q_nope, q_rope, c_kv, k_rope, lens, causal):
 # ----------------------------------------------------------------------------------------------
 # basic agreement, both rescales, through the registered op too
 # ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("rescale", ["amla", "multiply"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("N,S_q,lens", [(1, 1, [70]), (2, 2, [33, 9]), (8, 1, [50, 0, 17]), (8, 2, [64, 65]),
                                         (3, 4, [40])])
-def test_matches_reference(gen, rescale, N, S_q, lens):
-    check(make(len(lens), S_q, N, lens, gen), rescale=rescale)
+def test_matches_reference(gen, variant, N, S_q, lens):
+    check(make(len(lens), S_q, N, lens, gen), variant=variant)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -301,15 +311,16 @@ def test_amla_keeps_exact_zero_columns_that_get_contributions_later(gen):
     k_rope[0] = (torch.linspace(0, 6, L)[:, None] * torch.ones(DR)).to(DT)
     q_rope[:] = 1.0
     args = (q_nope, q_rope) + paged(c_kv, k_rope, [L], 16, gen)
-    out, _ = check(args, rescale="amla", num_splits=1)
-    assert (out[0, 0, :, :8] != 0).all()
+    for variant in ("amla", "amla_lazy", "amla_lazy_rounded"):
+        out, _ = check(args, variant=variant, num_splits=1)
+        assert (out[0, 0, :, :8] != 0).all()
     # the CANN guard, emulated by the reference, loses those columns
     cann, _ = ref.amla_blockwise(*args, SCALE, True, block_kv=16, guard="cann")
     assert (cann[0, 0, :, :8] == 0).all()
 
 
-@pytest.mark.parametrize("rescale", ["amla", "multiply"])
-def test_huge_logit_range_shift_clamp_and_underflow(gen, rescale):
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_huge_logit_range_shift_clamp_and_underflow(gen, variant):
     """Scores that jump by hundreds (Δn ≪ −30, old O underflows to denormal/0): no NaN/inf, still exact."""
     L = 80
     q_nope, q_rope, c_kv, k_rope = logical(1, 2, 2, [L], gen)
@@ -319,14 +330,14 @@ def test_huge_logit_range_shift_clamp_and_underflow(gen, rescale):
     k_rope[0] = ((torch.arange(L)[:, None].float() - (L - 1)) * 0.25 * torch.ones(DR)).to(DT)
     q_rope[:] = 1.0
     args = (q_nope, q_rope) + paged(c_kv, k_rope, [L], 16, gen)
-    out, lse = check(args, rescale=rescale, num_splits=1)
+    out, lse = check(args, variant=variant, num_splits=1)
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
 
 
 def test_agrees_with_blockwise_amla_emulation(gen):
     """One split, BLOCK_N = 16: the kernel runs the same block algorithm as reference.amla_blockwise."""
     args = make(2, 2, 8, [70, 33], gen)
-    out, lse = run(args, rescale="amla", num_splits=1)
+    out, lse = run(args, variant="amla", num_splits=1)
     e_out, e_lse = ref.amla_blockwise(*args, SCALE, True, block_kv=16)
     assert cos_diff(out, e_out) < 1e-6
     assert_close(lse, e_lse, "lse", name="lse")
@@ -390,11 +401,11 @@ def test_noncontiguous_query(gen):
 # ----------------------------------------------------------------------------------------------
 @given(B=st.integers(1, 3), S_q=st.integers(1, 3), N=st.sampled_from([1, 2, 3, 8]),
        lens=st.lists(st.integers(0, 70), min_size=3, max_size=3), bs=st.sampled_from([16, 32]),
-       causal=st.booleans(), rescale=st.sampled_from(["amla", "multiply"]),
+       causal=st.booleans(), variant=st.sampled_from(list(VARIANTS)),
        num_splits=st.sampled_from([None, 1, 2, 5]), seed=st.integers(0, 2**16))
-@example(B=1, S_q=3, N=1, lens=[2, 0, 0], bs=16, causal=True, rescale="amla", num_splits=5, seed=0)
-@example(B=2, S_q=1, N=8, lens=[16, 17, 0], bs=16, causal=False, rescale="amla", num_splits=2, seed=1)
-def test_random_sweep(B, S_q, N, lens, bs, causal, rescale, num_splits, seed):
+@example(B=1, S_q=3, N=1, lens=[2, 0, 0], bs=16, causal=True, variant="amla", num_splits=5, seed=0)
+@example(B=2, S_q=1, N=8, lens=[16, 17, 0], bs=16, causal=False, variant="amla_lazy", num_splits=2, seed=1)
+def test_random_sweep(B, S_q, N, lens, bs, causal, variant, num_splits, seed):
     g = torch.Generator().manual_seed(seed)
     args = make(B, S_q, N, lens[:B], g, bs=bs)
-    check(args, causal, rescale=rescale, num_splits=num_splits)
+    check(args, causal, variant=variant, num_splits=num_splits)

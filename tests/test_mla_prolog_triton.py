@@ -12,15 +12,13 @@ Field cases P1–P5 (shared/cases.md) are named in the test names.
 """
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from hypothesis import example, given, settings, strategies as st
 
 import ops
 from ops import mla_prolog as M
-from reference import mla_prolog as R
+from reference.deepseek import rope_sin_cos
 from tolerances import assert_close
 
 from conftest import requires_triton
@@ -114,9 +112,8 @@ def compare(inp, *, backend_ref="reference"):
         keep = torch.ones(fa.shape[0], dtype=torch.bool)
         keep[w] = False
         keep = keep.to(fa.device)
-        assert torch.equal(bits(fb[keep]), bits(bits_src := inp[name].reshape(-1, ca.shape[-1])[keep])), \
-            f"{name}: a row that must not be written changed"
-        del bits_src
+        src = inp[name].reshape(-1, ca.shape[-1])[keep]
+        assert torch.equal(bits(fb[keep]), bits(src)), f"{name}: a row that must not be written changed"
         if len(w):
             if ca.dtype == torch.int8:
                 _int8_close(fb[w.to(fb.device)], fa[w.to(fa.device)], name)
@@ -281,18 +278,47 @@ def test_P4_zero_tokens(mode, lead):
     assert torch.equal(bits(inp["kr_cache"]), bits(before["kr_cache"]))
 
 
+def _hf_rope():
+    """(sin/cos [T, 64] for positions, apply_rotary_pos_emb_interleave) from HF transformers; where transformers
+    is not installed (the GPU box), the same two functions transcribed from HF's modeling_deepseek_v3.py."""
+    try:
+        from transformers import DeepseekV3Config
+        from transformers.models.deepseek_v3.modeling_deepseek_v3 import (DeepseekV3RotaryEmbedding,
+                                                                          apply_rotary_pos_emb_interleave)
+        cfg = DeepseekV3Config(hidden_size=64, num_attention_heads=2, qk_rope_head_dim=64, rope_interleave=True,
+                               max_position_embeddings=8192)
+        rot = DeepseekV3RotaryEmbedding(cfg)
+
+        def sincos(pos):
+            cos, sin = rot(torch.zeros(1), pos[None])
+            return sin[0], cos[0]
+        return sincos, apply_rotary_pos_emb_interleave
+    except ImportError:
+        def rotate_half(x):
+            x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+            return torch.cat((-x2, x1), dim=-1)
+
+        def apply_rotary_pos_emb_interleave(q, k, cos, sin, unsqueeze_dim=1):
+            cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+            b, h, s, d = q.shape
+            q = q.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
+            b, h, s, d = k.shape
+            k = k.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
+            return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+        def sincos(pos):
+            return rope_sin_cos(pos, 64)
+        return sincos, apply_rotary_pos_emb_interleave
+
+
 def test_P5_rope_interleaved_in_rotate_half_out_matches_hf():
-    """q_rope·k_rope and the k_rope cache rows equal HF DeepSeek-V3's apply_rotary_pos_emb_interleave on
-    the same (rounded) q_rot / k_rot, with HF's own sin/cos."""
-    from transformers import DeepseekV3Config
-    from transformers.models.deepseek_v3.modeling_deepseek_v3 import (DeepseekV3RotaryEmbedding,
-                                                                      apply_rotary_pos_emb_interleave)
+    """query_rope, the k_rope cache rows and q_rope·k_rope equal HF DeepSeek-V3's apply_rotary_pos_emb_interleave
+    on the same (rounded) q_rot / k_rot, with HF's own sin/cos."""
+    sincos, apply_rotary_pos_emb_interleave = _hf_rope()
     inp = small("bf16", T=8, seed=3)
     inp["cache_index"] = torch.arange(8, device=DEV) * 2 + 1
-    cfg = DeepseekV3Config(hidden_size=64, num_attention_heads=2, qk_rope_head_dim=64, rope_interleave=True,
-                           max_position_embeddings=8192)
-    cos, sin = DeepseekV3RotaryEmbedding(cfg)(torch.zeros(1), torch.tensor([[0, 1, 2, 17, 100, 1000, 4095, 8000]]))
-    inp["rope_cos"], inp["rope_sin"] = cos[0].to(DT).to(DEV), sin[0].to(DT).to(DEV)
+    sin, cos = sincos(torch.tensor([0, 1, 2, 17, 100, 1000, 4095, 8000]))
+    inp["rope_cos"], inp["rope_sin"] = cos.to(DT).to(DEV), sin.to(DT).to(DEV)
     before = clone(inp)
     q, qr, _ = run(inp)
     b = {k: (v.double().cpu() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in before.items()}
@@ -301,11 +327,14 @@ def test_P5_rope_interleaved_in_rotate_half_out_matches_hf():
     cqn = r(cq / torch.sqrt(cq.pow(2).mean(-1, keepdim=True) + b["rmsnorm_epsilon_cq"]) * b["rmsnorm_gamma_cq"])
     q_rot = r(cqn @ b["weight_uq_qr"]).view(8, 2, 192)[..., 128:]
     k_rot = r(b["token_x"] @ b["weight_dkv_kr"])[:, 512:]
-    q_hf, k_hf = apply_rotary_pos_emb_interleave(q_rot, k_rot[:, None], b["rope_cos"], b["rope_sin"], unsqueeze_dim=1)
+    # HF's layout is [batch, heads, seq, dim]: tokens as the batch axis, seq = 1
+    q_hf, k_hf = apply_rotary_pos_emb_interleave(q_rot[:, :, None], k_rot[:, None, None], b["rope_cos"][:, None],
+                                                 b["rope_sin"][:, None], unsqueeze_dim=1)
+    q_hf, k_hf = q_hf[:, :, 0], k_hf[:, 0, 0]
     kr = inp["kr_cache"].reshape(-1, 64)[inp["cache_index"]].double().cpu()
-    assert_close(kr, k_hf[:, 0], KIND, name="k_rope cache rows (de-interleaved order)")
+    assert_close(kr, k_hf, KIND, name="k_rope cache rows (de-interleaved order)")
     assert_close(qr.double().cpu(), q_hf, KIND, name="query_rope")
-    assert_close(torch.einsum("tnr,sr->tns", qr.double().cpu(), kr), torch.einsum("tnr,sr->tns", q_hf, k_hf[:, 0]),
+    assert_close(torch.einsum("tnr,sr->tns", qr.double().cpu(), kr), torch.einsum("tnr,sr->tns", q_hf, k_hf),
                  KIND, name="q_rope·k_ropeᵀ")
 
 

@@ -64,7 +64,7 @@ def _empty(shape, dtype, device):
 # ==============================================================================================
 @triton.jit
 def _pow2_rescale(acc, n_add, dn, fac):
-    """AMLA rescale of acc [BM, D] fp32: add n_add [BM] int32 to the bit pattern where that is exact
+    """AMLA rescale of acc [BM, DC] fp32: add n_add [BM] int32 to the bit pattern where that is exact
     exponent arithmetic (E ≥ 2 − dn and E ≤ 253), else multiply by fac [BM] = 2^dn·cof_prev/cof."""
     bits = acc.to(tl.int32, bitcast=True)
     expo = (bits >> 23) & 255
@@ -79,13 +79,15 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                skv_p, skv_s, skr_p, skr_s, sbt_b,
                so_b, so_s, so_h, sl_b, sl_s, sl_h,
-               qk_scale, N, S_Q, ROWS, MAX_KEYS, NUM_M, NUM_SPLITS,
+               scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                D_V: tl.constexpr, D_R: tl.constexpr, PAGE: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-               RESCALE: tl.constexpr, ROUND_C: tl.constexpr, SKIP: tl.constexpr, SPLIT: tl.constexpr):
+               RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
+               SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr):
     NEG_INF: tl.constexpr = float("-inf")
-    LN2: tl.constexpr = 0.6931471805599453
+    LOG2E: tl.constexpr = 1.4426950408889634
     TWO23: tl.constexpr = 8388608.0
+    DC: tl.constexpr = D_V // 4            # the 512 latent columns in 4 chunks (see QKᵀ below)
     # work → (m block fastest, then split, then request): the programs that share a K tile run together
     mb = work % NUM_M
     rest = work // NUM_M
@@ -97,7 +99,7 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
     row_ok = rows < ROWS
     tok = rows // N
     head = rows % N
-    dv = tl.arange(0, D_V)
+    dc = tl.arange(0, DC)
     dr = tl.arange(0, D_R)
 
     # this request's keys (never more than the block table can address)
@@ -113,17 +115,27 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
     start = split * split_len
     end = tl.minimum(start + split_len, hi)
 
-    # queries [BM, 512] and [BM, 64], loaded once
-    qn_off = b64 * sqn_b + tok.to(tl.int64) * sqn_s + head.to(tl.int64) * sqn_h
+    # queries: q_nope as 4 column chunks [BM, 128] and q_rope [BM, 64]; loaded once (Q_IN_LOOP=False: the
+    # wgmma tiles read them from shared memory) or re-read every block from L1/L2 (Q_IN_LOOP=True: small
+    # BLOCK_M on mma.sync would otherwise pin [BM, 576] in registers in every warp)
+    qn = q_nope_ptr + (b64 * sqn_b + tok.to(tl.int64) * sqn_s + head.to(tl.int64) * sqn_h)[:, None]
     qr_off = b64 * sqr_b + tok.to(tl.int64) * sqr_s + head.to(tl.int64) * sqr_h
-    q = tl.load(q_nope_ptr + qn_off[:, None] + dv[None, :], mask=row_ok[:, None], other=0.0)
-    qr = tl.load(q_rope_ptr + qr_off[:, None] + dr[None, :], mask=row_ok[:, None], other=0.0)
+    qrp = q_rope_ptr + qr_off[:, None] + dr[None, :]
+    if not Q_IN_LOOP:
+        q0 = tl.load(qn + (0 * DC + dc)[None, :], mask=row_ok[:, None], other=0.0)
+        q1 = tl.load(qn + (1 * DC + dc)[None, :], mask=row_ok[:, None], other=0.0)
+        q2 = tl.load(qn + (2 * DC + dc)[None, :], mask=row_ok[:, None], other=0.0)
+        q3 = tl.load(qn + (3 * DC + dc)[None, :], mask=row_ok[:, None], other=0.0)
+        qr = tl.load(qrp, mask=row_ok[:, None], other=0.0)
     p_dtype = kv_ptr.dtype.element_ty
 
-    m_i = tl.full((BLOCK_M,), NEG_INF, tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, D_V), tl.float32)
-    n_i = tl.zeros((BLOCK_M,), tl.float32)
+    m_i = tl.full((BLOCK_M,), NEG_INF, tl.float32)      # running max of the logits (natural units)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)              # running Σp, in O's reference
+    acc0 = tl.zeros((BLOCK_M, DC), tl.float32)
+    acc1 = tl.zeros((BLOCK_M, DC), tl.float32)
+    acc2 = tl.zeros((BLOCK_M, DC), tl.float32)
+    acc3 = tl.zeros((BLOCK_M, DC), tl.float32)
+    n_i = tl.zeros((BLOCK_M,), tl.float32)              # AMLA: O is referenced to 2^n_i
     cof_i = tl.full((BLOCK_M,), 1.0, tl.float32)
     c_last = tl.full((BLOCK_M,), 1.0, tl.float32)
     bt_row = bt_ptr + b64 * sbt_b
@@ -131,76 +143,126 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
     for k0 in range(start, end, BLOCK_N):
         kpos = k0 + tl.arange(0, BLOCK_N)
         kmask = kpos < end
-        # page id per key (masked: entries past ceil(L/PAGE) are never read), 64-bit offsets
-        page = tl.load(bt_row + kpos // PAGE, mask=kmask, other=0).to(tl.int64)
+        # page id per key (masked: entries past ceil(L/PAGE) are never read; an out-of-range id, a caller
+        # error, is redirected to page 0 rather than read out of bounds), 64-bit offsets
+        page = tl.load(bt_row + kpos // PAGE, mask=kmask, other=0)
+        page = tl.where((page >= 0) & (page < NUM_PAGES), page, 0).to(tl.int64)
         slot = (kpos % PAGE).to(tl.int64)
-        k = tl.load(kv_ptr + (page * skv_p + slot * skv_s)[:, None] + dv[None, :], mask=kmask[:, None], other=0.0)
+        kb = kv_ptr + (page * skv_p + slot * skv_s)[:, None]
+        k_0 = tl.load(kb + (0 * DC + dc)[None, :], mask=kmask[:, None], other=0.0)
+        k_1 = tl.load(kb + (1 * DC + dc)[None, :], mask=kmask[:, None], other=0.0)
+        k_2 = tl.load(kb + (2 * DC + dc)[None, :], mask=kmask[:, None], other=0.0)
+        k_3 = tl.load(kb + (3 * DC + dc)[None, :], mask=kmask[:, None], other=0.0)
         kr = tl.load(kr_ptr + (page * skr_p + slot * skr_s)[:, None] + dr[None, :], mask=kmask[:, None], other=0.0)
+        if Q_IN_LOOP:
+            qm = row_ok[:, None] & (k0 >= 0)                   # depends on k0: keeps the load in the loop
+            q0 = tl.load(qn + (0 * DC + dc)[None, :], mask=qm, other=0.0)
+            q1 = tl.load(qn + (1 * DC + dc)[None, :], mask=qm, other=0.0)
+            q2 = tl.load(qn + (2 * DC + dc)[None, :], mask=qm, other=0.0)
+            q3 = tl.load(qn + (3 * DC + dc)[None, :], mask=qm, other=0.0)
+            qr = tl.load(qrp, mask=qm, other=0.0)
 
-        s = tl.dot(q, tl.trans(k))
-        s = tl.dot(qr, tl.trans(kr), s)
-        s = s * qk_scale                                        # log2 units: scale·log2(e)
+        # S = scale·(q_nope·c_kvᵀ + q_rope·k_ropeᵀ): five short tensor-core chains summed in IEEE fp32
+        # (the MMA accumulator truncates; one 576-long chain biases the logits by ~1e-5 at DeepSeek scales)
+        s = tl.dot(q0, tl.trans(k_0)) * scale
+        s += tl.dot(q1, tl.trans(k_1)) * scale
+        s += tl.dot(q2, tl.trans(k_2)) * scale
+        s += tl.dot(q3, tl.trans(k_3)) * scale
+        s += tl.dot(qr, tl.trans(kr)) * scale
         vis = (kpos[None, :] < lim[:, None]) & kmask[None, :]
         s = tl.where(vis, s, NEG_INF)                           # select, never multiply by a mask
 
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_use = tl.where(m_new == NEG_INF, 0.0, m_new)          # rows with no key yet: no −inf − (−inf)
-        p = tl.exp2(s - m_use[:, None])
-        alpha = tl.exp2(m_i - m_use)                            # 0 for rows that had no key
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        mL = m_use * LOG2E
+        p = tl.exp2(s * LOG2E - mL[:, None])                    # e^(s − m); masked keys → 0
         if RESCALE == 1:
-            n_new = tl.floor(0.5 - m_use)                       # n = rint(−m/ln2) (m in log2 units here)
-            c32 = tl.exp2(m_use + n_new)                        # e^m·2^n ∈ [2^-½, 2^½]
+            # AMLA: reference 2^n, n = rint(−m/ln2) (re-chosen only once m/ln2 + n > LAZY; LAZY < 0: every block)
+            renew = (mL + n_i > LAZY) | (m_i == NEG_INF)
+            n_new = tl.where(renew, tl.floor(0.5 - mL), n_i)
+            c32 = tl.exp2(mL + n_new)                           # c = e^m·2^n
             if ROUND_C:
-                c_r = c32.to(p_dtype).to(tl.float32)
+                c_r = c32.to(p_dtype).to(tl.float32)            # CANN rounds c to the KV dtype ...
             else:
                 c_r = c32
-            cof = c32 / c_r
+            cof = c32 / c_r                                     # ... and compensates the rounding below
             dn = tl.where(m_i == NEG_INF, 0.0, n_new - n_i)
             dn = tl.maximum(dn, -30.0)                          # shift clamp
             ratio = cof_i / cof
-            comp = 1.5 * (ratio - 1.0)                          # compensation for rounding c (see docstring)
+            comp = 1.5 * (ratio - 1.0)                          # compensation term
             n_add = dn.to(tl.int32) * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
-            fac = tl.exp2(dn) * ratio
+            fac = tl.exp2(dn) * ratio                           # the factor the add stands for
             if SKIP:
                 if tl.max(tl.abs(n_add), axis=0) != 0:
-                    acc = _pow2_rescale(acc, n_add, dn, fac)
+                    acc0 = _pow2_rescale(acc0, n_add, dn, fac)
+                    acc1 = _pow2_rescale(acc1, n_add, dn, fac)
+                    acc2 = _pow2_rescale(acc2, n_add, dn, fac)
+                    acc3 = _pow2_rescale(acc3, n_add, dn, fac)
             else:
-                acc = _pow2_rescale(acc, n_add, dn, fac)
-            p = p * c_r[:, None]
+                acc0 = _pow2_rescale(acc0, n_add, dn, fac)
+                acc1 = _pow2_rescale(acc1, n_add, dn, fac)
+                acc2 = _pow2_rescale(acc2, n_add, dn, fac)
+                acc3 = _pow2_rescale(acc3, n_add, dn, fac)
+            p = p * c_r[:, None]                                # P' = e^s·2^n/cof: the remainder folded into P
+            l_i = l_i * fac + tl.sum(p, axis=1)
             n_i = n_new
             cof_i = cof
             c_last = c_r
         else:
+            alpha = tl.exp2(m_i * LOG2E - mL)                   # 0 for rows that had no key
+            l_i = l_i * alpha + tl.sum(p, axis=1)
             if SKIP:
                 if tl.min(alpha, axis=0) != 1.0:
-                    acc = acc * alpha[:, None]
+                    acc0 = acc0 * alpha[:, None]
+                    acc1 = acc1 * alpha[:, None]
+                    acc2 = acc2 * alpha[:, None]
+                    acc3 = acc3 * alpha[:, None]
             else:
-                acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(p_dtype), k, acc)
+                acc0 = acc0 * alpha[:, None]
+                acc1 = acc1 * alpha[:, None]
+                acc2 = acc2 * alpha[:, None]
+                acc3 = acc3 * alpha[:, None]
+        pb = p.to(p_dtype)
+        acc0 = tl.dot(pb, k_0, acc0)                            # V is c_kv itself: the same tiles
+        acc1 = tl.dot(pb, k_1, acc1)
+        acc2 = tl.dot(pb, k_2, acc2)
+        acc3 = tl.dot(pb, k_3, acc3)
         m_i = m_new
 
     has = l_i > 0.0
+    lsafe = tl.where(has, l_i, 1.0)
+    inv = 1.0 / lsafe
     if RESCALE == 1:
-        den = l_i * c_last
+        lse = m_i + tl.log(lsafe / c_last)                      # l = c·Σe^(s−m)
     else:
-        den = l_i
-    inv = 1.0 / tl.where(has, den, 1.0)
-    o = tl.where(has[:, None], acc * inv[:, None], 0.0)
-    lse2 = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), NEG_INF)
+        lse = m_i + tl.log(lsafe)
+    lse = tl.where(has, lse, NEG_INF)
+    o0 = tl.where(has[:, None], acc0 * inv[:, None], 0.0)
+    o1 = tl.where(has[:, None], acc1 * inv[:, None], 0.0)
+    o2 = tl.where(has[:, None], acc2 * inv[:, None], 0.0)
+    o3 = tl.where(has[:, None], acc3 * inv[:, None], 0.0)
     if SPLIT:
         prow = (b64 * NUM_SPLITS + split) * ROWS + rows
-        tl.store(lsepart_ptr + prow, lse2, mask=row_ok)
-        tl.store(opart_ptr + prow[:, None] * D_V + dv[None, :], o, mask=(row_ok & has)[:, None])
+        tl.store(lsepart_ptr + prow, lse, mask=row_ok)
+        po = opart_ptr + (prow * D_V)[:, None]
+        omask = (row_ok & has)[:, None]
+        tl.store(po + (0 * DC + dc)[None, :], o0, mask=omask)
+        tl.store(po + (1 * DC + dc)[None, :], o1, mask=omask)
+        tl.store(po + (2 * DC + dc)[None, :], o2, mask=omask)
+        tl.store(po + (3 * DC + dc)[None, :], o3, mask=omask)
     else:
-        o_off = b64 * so_b + tok.to(tl.int64) * so_s + head.to(tl.int64) * so_h
-        tl.store(out_ptr + o_off[:, None] + dv[None, :], o.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+        ob = out_ptr + (b64 * so_b + tok.to(tl.int64) * so_s + head.to(tl.int64) * so_h)[:, None]
+        odt = out_ptr.dtype.element_ty
+        tl.store(ob + (0 * DC + dc)[None, :], o0.to(odt), mask=row_ok[:, None])
+        tl.store(ob + (1 * DC + dc)[None, :], o1.to(odt), mask=row_ok[:, None])
+        tl.store(ob + (2 * DC + dc)[None, :], o2.to(odt), mask=row_ok[:, None])
+        tl.store(ob + (3 * DC + dc)[None, :], o3.to(odt), mask=row_ok[:, None])
         l_off = b64 * sl_b + tok.to(tl.int64) * sl_s + head.to(tl.int64) * sl_h
-        tl.store(lse_ptr + l_off, lse2 * LN2, mask=row_ok)
+        tl.store(lse_ptr + l_off, lse, mask=row_ok)
 
 
 # runtime sizes are not specialised (no recompiles per batch / split count / table width); strides are
-_NO_SPEC_FWD = ["sbt_b", "N", "S_Q", "ROWS", "MAX_KEYS", "NUM_M", "NUM_SPLITS", "TOTAL_WORK"]
+_NO_SPEC_FWD = ["sbt_b", "N", "S_Q", "ROWS", "MAX_KEYS", "NUM_PAGES", "NUM_M", "NUM_SPLITS", "TOTAL_WORK"]
 _NO_SPEC_MERGE = ["N", "ROWS", "NUM_SPLITS", "TOTAL_WORK"]
 LAST_LAUNCH: dict = {}   # the compiled kernels of the latest launch (perf reads registers / spills / shared memory)
 
@@ -211,33 +273,33 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                      sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                      skv_p, skv_s, skr_p, skr_s, sbt_b,
                      so_b, so_s, so_h, sl_b, sl_s, sl_h,
-                     qk_scale, N, S_Q, ROWS, MAX_KEYS, NUM_M, NUM_SPLITS, TOTAL_WORK,
+                     scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS, TOTAL_WORK,
                      D_V: tl.constexpr, D_R: tl.constexpr, PAGE: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                     RESCALE: tl.constexpr, ROUND_C: tl.constexpr, SKIP: tl.constexpr, SPLIT: tl.constexpr,
-                     PERSISTENT: tl.constexpr):
-    """Partial / final MLA decode for work items (see module docstring). qk_scale = softmax_scale·log2(e)."""
+                     RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
+                     SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, PERSISTENT: tl.constexpr):
+    """Partial / final MLA decode for work items (see module docstring); scale = softmax_scale (fp32)."""
     pid = tl.program_id(0)
     if PERSISTENT:
         for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
             _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
                        opart_ptr, lsepart_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                        skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
-                       qk_scale, N, S_Q, ROWS, MAX_KEYS, NUM_M, NUM_SPLITS,
-                       D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, SKIP, SPLIT)
+                       scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
+                       D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP)
     else:
         _amla_tile(pid, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
                    opart_ptr, lsepart_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                    skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
-                   qk_scale, N, S_Q, ROWS, MAX_KEYS, NUM_M, NUM_SPLITS,
-                   D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, SKIP, SPLIT)
+                   scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
+                   D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP)
 
 
 @triton.jit
 def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                     N, ROWS, NUM_SPLITS, D_V: tl.constexpr, SPLITS_P2: tl.constexpr):
     NEG_INF: tl.constexpr = float("-inf")
-    LN2: tl.constexpr = 0.6931471805599453
+    LOG2E: tl.constexpr = 1.4426950408889634
     r = work % ROWS
     b = (work // ROWS).to(tl.int64)
     sp = tl.arange(0, SPLITS_P2)
@@ -245,20 +307,21 @@ def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, 
     lse_s = tl.load(lsepart_ptr + base + sp * ROWS, mask=sp < NUM_SPLITS, other=NEG_INF)
     mx = tl.max(lse_s, axis=0)
     mx = tl.where(mx == NEG_INF, 0.0, mx)
-    w = tl.where(lse_s == NEG_INF, 0.0, tl.exp2(lse_s - mx))
+    w = tl.where(lse_s == NEG_INF, 0.0, tl.exp2((lse_s - mx) * LOG2E))
     den = tl.sum(w, axis=0)
     dv = tl.arange(0, D_V)
     acc = tl.zeros((D_V,), tl.float32)
     for s in range(0, NUM_SPLITS):
         ls = tl.load(lsepart_ptr + base + s * ROWS)
         live = ls != NEG_INF
-        ws = tl.where(live, tl.exp2(ls - mx), 0.0)
-        live_v = (tl.zeros((D_V,), tl.float32) + ls) != NEG_INF   # the split's O is read only if it is live
+        ws = tl.where(live, tl.exp2((ls - mx) * LOG2E), 0.0)
+        live_v = (tl.zeros((D_V,), tl.float32) + ls) != NEG_INF   # an empty split's O is never read
         o = tl.load(opart_ptr + (base + s * ROWS) * D_V + dv, mask=live_v, other=0.0)
         acc += ws * o
     has = den > 0.0
-    o = tl.where(has, acc / tl.where(has, den, 1.0), 0.0)
-    lse = tl.where(has, (mx + tl.log2(tl.where(has, den, 1.0))) * LN2, NEG_INF)
+    dsafe = tl.where(has, den, 1.0)
+    o = tl.where(has, acc / dsafe, 0.0)
+    lse = tl.where(has, mx + tl.log(dsafe), NEG_INF)
     tok = r // N
     head = r % N
     tl.store(out_ptr + b * so_b + tok * so_s + head * so_h + dv, o.to(out_ptr.dtype.element_ty))
@@ -316,7 +379,8 @@ def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, c
     config["key"] picks another section ("cuda" / "ascend" / "interpreter"), e.g. to run the Ascend plan
     under the interpreter;
     num_splits: force the KV split count.
-    Returns dict(BLOCK_M, BLOCK_N, num_warps, num_stages, num_m, num_splits, grid, persistent, skip, key).
+    Returns dict(BLOCK_M, BLOCK_N, num_warps, num_stages, num_m, num_splits, grid, persistent, skip, round_c,
+    lazy, key, ...).
     """
     config = dict(config or {})
     key = config.pop("key", None) or _backend_key(device)
@@ -328,7 +392,7 @@ def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, c
             tile = dict(t)
             break
     for k in list(config):
-        if k in tile or k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core"):
+        if k in tile or k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core", "q_in_loop"):
             tile[k] = config.pop(k)
     sect.update(config)
     cores = sect["cores"]
@@ -352,8 +416,10 @@ def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, c
     merge_total = B * rows
     merge_grid = min(merge_total, sect.get("vector_cores", cores)) if persistent else merge_total
     return dict(key=key, BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"], num_warps=tile["num_warps"],
+                q_in_loop=bool(tile.get("q_in_loop", False)),
                 num_stages=tile["num_stages"], num_m=num_m, num_splits=num_splits, total=total,
                 grid=max(grid, 1), persistent=persistent, skip=bool(sect["rescale_skip"]),
+                round_c=bool(sect["amla_round_c"]), lazy=float(sect["amla_lazy"]),
                 merge_grid=max(merge_grid, 1), merge_total=merge_total,
                 merge_warps=sect["merge"]["num_warps"])
 
@@ -374,9 +440,11 @@ def supports_reason(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, s
         return "q_nope/q_rope/kv_cache/kr_cache must be 4-D"
     if kv_cache.shape[2] != 1 or kr_cache.shape[2] != 1:
         return "the kernel supports one latent KV head"
-    for name, d in (("kv_lora_rank", kv_cache.shape[-1]), ("rope dim", kr_cache.shape[-1])):
+    for name, d in (("kv_lora_rank / 4", kv_cache.shape[-1] // 4), ("rope dim", kr_cache.shape[-1])):
         if d < 16 or d & (d - 1):
             return f"{name} must be a power of two ≥ 16 for the Triton kernel, got {d}"
+    if kv_cache.shape[-1] % 4:
+        return f"kv_lora_rank must be a multiple of 4 (4 column chunks), got {kv_cache.shape[-1]}"
     if q_nope.shape[-1] != kv_cache.shape[-1] or q_rope.shape[-1] != kr_cache.shape[-1]:
         return "query and cache head dims differ"
     if block_table.dtype not in (torch.int32, torch.int64) or seq_lens.dtype not in (torch.int32, torch.int64):
@@ -391,14 +459,18 @@ def _last_contig(t: torch.Tensor) -> torch.Tensor:
 def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_cache: torch.Tensor,
                  block_table: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float, causal: bool = True,
                  *, rescale: str = "amla", num_splits: int | None = None, config: dict | None = None,
-                 round_c: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                 round_c: bool | None = None, lazy: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`amla` with the knobs benchmarks and tests need.
 
     rescale: "amla" (integer add on the fp32 bits, power-of-two reference) or "multiply" (FlashAttention).
     num_splits: force the KV split count (None = the launcher's choice from shapes).
     config: overrides for the launch config (see :func:`launch_plan`).
-    round_c: AMLA only — round the remainder c to the KV dtype as CANN does (True) or keep it fp32
-    (False, then cof ≡ 1 and the rescale is needed only when n changes).
+    round_c: AMLA only — round the remainder c to the KV dtype as CANN does (True: the compensation term
+    corrects O for it) or keep it fp32 (False: cof ≡ 1, the compensation is 0 and O is rescaled only when
+    n changes). None = the config's "amla_round_c".
+    lazy: AMLA only — re-choose the power-of-two reference n only once m/ln2 + n exceeds ``lazy`` (log2
+    units; P' ≤ 2^(lazy+½) stays far from overflow), so O is rescaled a few times per row instead of at
+    every block; a negative value re-chooses n at every block as CANN does. None = the config's "amla_lazy".
     Shapes/dtypes/returns as :func:`amla`. Raises ValueError for an unknown ``rescale``.
     """
     if rescale not in ("amla", "multiply"):
@@ -438,9 +510,11 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         q_nope.stride(0), q_nope.stride(1), q_nope.stride(2), q_rope.stride(0), q_rope.stride(1), q_rope.stride(2),
         kv_cache.stride(0), kv_cache.stride(1), kr_cache.stride(0), kr_cache.stride(1), block_table.stride(0),
         out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2),
-        float(softmax_scale) * _LOG2E, N, S_q, rows, max_keys, plan["num_m"], ns, plan["total"],
+        float(softmax_scale), N, S_q, rows, max_keys, kv_cache.shape[0], plan["num_m"], ns, plan["total"],
         D_V=D_V, D_R=D_R, PAGE=page, BLOCK_M=plan["BLOCK_M"], BLOCK_N=plan["BLOCK_N"], CAUSAL=bool(causal),
-        RESCALE=1 if rescale == "amla" else 0, ROUND_C=bool(round_c), SKIP=plan["skip"], SPLIT=split,
+        RESCALE=1 if rescale == "amla" else 0, ROUND_C=bool(plan["round_c"] if round_c is None else round_c),
+        LAZY=float(plan["lazy"] if lazy is None else lazy), SKIP=plan["skip"], SPLIT=split,
+        Q_IN_LOOP=plan["q_in_loop"],
         PERSISTENT=plan["persistent"], num_warps=plan["num_warps"], num_stages=plan["num_stages"])
     if split:
         LAST_LAUNCH["merge"] = _amla_merge_kernel[(plan["merge_grid"],)](
@@ -482,7 +556,7 @@ def ascend_compile_cases() -> list[dict]:
     cfg = load_configs()["ascend"]
     cases = []
     ints = ["sqn_b", "sqn_s", "sqn_h", "sqr_b", "sqr_s", "sqr_h", "skv_p", "skv_s", "skr_p", "skr_s", "sbt_b",
-            "so_b", "so_s", "so_h", "sl_b", "sl_s", "sl_h", "N", "S_Q", "ROWS", "MAX_KEYS", "NUM_M",
+            "so_b", "so_s", "so_h", "sl_b", "sl_s", "sl_h", "N", "S_Q", "ROWS", "MAX_KEYS", "NUM_PAGES", "NUM_M",
             "NUM_SPLITS", "TOTAL_WORK"]
     for dt in ("fp16", "bf16"):
         for ti, tile in enumerate(cfg["tiles"]):
@@ -492,11 +566,12 @@ def ascend_compile_cases() -> list[dict]:
                         continue
                     sig = {"q_nope_ptr": f"*{dt}", "q_rope_ptr": f"*{dt}", "kv_ptr": f"*{dt}", "kr_ptr": f"*{dt}",
                            "bt_ptr": "*i32", "sl_ptr": "*i32", "out_ptr": f"*{dt}", "lse_ptr": "*fp32",
-                           "opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "qk_scale": "fp32"}
+                           "opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "scale": "fp32"}
                     sig.update({k: "i32" for k in ints})
                     const = dict(D_V=512, D_R=64, PAGE=128, BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"],
-                                 CAUSAL=True, RESCALE=rescale, ROUND_C=True, SKIP=bool(cfg["rescale_skip"]),
-                                 SPLIT=split, PERSISTENT=True)
+                                 CAUSAL=True, RESCALE=rescale, ROUND_C=bool(cfg["amla_round_c"]),
+                                 LAZY=float(cfg["amla_lazy"]), SKIP=bool(cfg["rescale_skip"]),
+                                 SPLIT=split, Q_IN_LOOP=bool(tile.get("q_in_loop", False)), PERSISTENT=True)
                     sig.update({k: "constexpr" for k in const})
                     cases.append(dict(name=f"amla_fwd_{dt}_tile{ti}_bm{tile['BLOCK_M']}_bn{tile['BLOCK_N']}"
                                            f"_{'split' if split else 'nosplit'}_{'amla' if rescale else 'mul'}",

@@ -20,11 +20,13 @@ its weights once with enough programs to fill the device:
    saturated to [−128, 127]). Negative ids and ids ≥ num_blocks·block_size are never written (masked
    stores, so the kernel cannot write outside the cache even with eager checks off).
 3. :func:`_query_kernel` — one program per (head, token tile): ``cqn @ W_UQ_QR[:, head]`` over the head's
-   D nope columns and its Dr rope columns (read as even / odd columns, which de-interleaves the pairs
-   for free); epilogue: dequant (int8) → round to dt → the nope part is multiplied by W_UK[head]
+   D nope columns and its Dr rope columns (contiguous tiles); epilogue: dequant (int8) → round to dt → the nope part is multiplied by W_UK[head]
    (absorption, in chunks of BLOCK_C) → ``query`` (dt; or int8 per (token, head) with
    ``dequant_scale_q_nope`` in the full + C8 mode, two passes over W_UK[head]), and the rope part gets
-   RoPE → ``query_rope`` (÷ dequant_scale_q_nope · quant_scale_ckv in full + C8).
+   RoPE → ``query_rope`` (÷ dequant_scale_q_nope · quant_scale_ckv in full + C8). The RoPE de-interleave
+   and rotate-half are two tiny ``tl.dot`` with constant ±1 permutation matrices on the dt-rounded qr
+   (exact: one non-zero product per output), so the weight tile stays contiguous (no strided gathers
+   that would defeat cp.async pipelining) and no tl.split / reshape is needed (triton-ascend subset).
 
 All quant modes of the reference (bf16, partial, full A8W8, and each with C8) run in these three kernels.
 
@@ -326,7 +328,8 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
                   INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
                   BLOCK_C: tl.constexpr):
-    """Work item = (head h, token tile), token tile fastest (the head's weights are shared in L2)."""
+    """Work item = (head h, token tile), token tile fastest (the head's weights are shared in L2).
+    BLOCK_D ≥ D (nope columns), BLOCK_R ≥ Dr (rope columns, read contiguously)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     dt = qr_ptr.dtype.element_ty
@@ -335,10 +338,19 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
     HW = D + Dr
     dcol = tl.arange(0, BLOCK_D)
     d_m = dcol < D
-    j = tl.arange(0, BLOCK_R)
-    j_m = j < Dr2
-    jw = j % Dr2
+    rc = tl.arange(0, BLOCK_R)
+    rc_m = rc < Dr
+    rcw = rc % Dr
     rk = tl.arange(0, BLOCK_K)
+    # RoPE as two exact permutation products on the dt-rounded interleaved qr (one non-zero ±1 per column):
+    #   d = qr @ P   = [x0, x2, …, x1, x3, …]              (de-interleave)
+    #   rot = qr @ Q = [−x1, −x3, …, x0, x2, …]            (rotate_half(d))
+    ii = rc[:, None]
+    cc_ = rc[None, :]
+    lo = cc_ < Dr2
+    hi = (cc_ >= Dr2) & (cc_ < Dr)
+    P = tl.where((lo & (ii == 2 * cc_)) | (hi & (ii == 2 * (cc_ - Dr2) + 1)), 1.0, 0.0).to(dt)
+    Q = tl.where(lo & (ii == 2 * cc_ + 1), -1.0, tl.where(hi & (ii == 2 * (cc_ - Dr2)), 1.0, 0.0)).to(dt)
     for item in range(pid, NH * m_tiles, nprog):
         h = item // m_tiles
         mt = item % m_tiles
@@ -347,51 +359,41 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
         r_m = rows < T
         rw = (rows % T).to(tl.int64)
         nope_c = (h * HW + dcol % D).to(tl.int64)
-        ev_c = (h * HW + D + 2 * jw).to(tl.int64)
+        rope_c = (h * HW + D + rcw).to(tl.int64)
         a_ptrs = a_ptr + rw[:, None] * s_at + rk[None, :] * s_ak
         bn_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + nope_c[None, :] * s_wn
-        be_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + ev_c[None, :] * s_wn
-        bo_ptrs = be_ptrs + s_wn
+        br_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + rope_c[None, :] * s_wn
         if INT8:
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.int32)
-            acc_e = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
-            acc_o = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
+            acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
         else:
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-            acc_e = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-            acc_o = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+            acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
         for k in range(0, Hcq, BLOCK_K):
             if EVEN_K:
                 a = tl.load(a_ptrs)
                 bn = tl.load(bn_ptrs)
-                be = tl.load(be_ptrs)
-                bo = tl.load(bo_ptrs)
+                br = tl.load(br_ptrs)
             else:
                 km = (k + rk) < Hcq
                 a = tl.load(a_ptrs, mask=km[None, :], other=0)
                 bn = tl.load(bn_ptrs, mask=km[:, None], other=0)
-                be = tl.load(be_ptrs, mask=km[:, None], other=0)
-                bo = tl.load(bo_ptrs, mask=km[:, None], other=0)
+                br = tl.load(br_ptrs, mask=km[:, None], other=0)
             acc_n = _dot(a, bn, acc_n, INT8, IEEE)
-            acc_e = _dot(a, be, acc_e, INT8, IEEE)
-            acc_o = _dot(a, bo, acc_o, INT8, IEEE)
+            acc_r = _dot(a, br, acc_r, INT8, IEEE)
             a_ptrs += BLOCK_K * s_ak
             bn_ptrs += BLOCK_K * s_wk
-            be_ptrs += BLOCK_K * s_wk
-            bo_ptrs += BLOCK_K * s_wk
+            br_ptrs += BLOCK_K * s_wk
         # ---- dequant + rounding point: [qc ‖ qr] = dt(...) ----
         if INT8:
             xs = tl.load(as_ptr + rw)
             qc = acc_n.to(tl.float32) * tl.load(wsc_ptr + nope_c)[None, :] * xs[:, None]
-            qe = acc_e.to(tl.float32) * tl.load(wsc_ptr + ev_c)[None, :] * xs[:, None]
-            qo = acc_o.to(tl.float32) * tl.load(wsc_ptr + ev_c + 1)[None, :] * xs[:, None]
+            qr = acc_r.to(tl.float32) * tl.load(wsc_ptr + rope_c)[None, :] * xs[:, None]
         else:
             qc = acc_n
-            qe = acc_e
-            qo = acc_o
+            qr = acc_r
         qc = tl.where(d_m[None, :], qc, 0.0).to(dt)
-        qe = qe.to(dt).to(tl.float32)
-        qo = qo.to(dt).to(tl.float32)
+        qr = tl.where(rc_m[None, :], qr, 0.0).to(dt)
         # ---- absorption: query[t, h] = qc @ W_UK[h] ----
         h_off = h64 * s_uh
         q_row = q_ptr + rows.to(tl.int64)[:, None] * s_qt + h64 * s_qh
@@ -412,22 +414,18 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
             for c0 in range(0, Hckv, BLOCK_C):
                 q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
                 tl.store(q_row + cc[None, :], q.to(q_ptr.dtype.element_ty), mask=r_m[:, None] & c_m[None, :])
-        # ---- RoPE: interleaved pairs in (e = x[0::2], o = x[1::2]), rotate-half out ----
-        c_lo = tl.load(cos_ptr + rw[:, None] * s_cos_t + jw[None, :] * s_cos_d).to(tl.float32)
-        c_hi = tl.load(cos_ptr + rw[:, None] * s_cos_t + (jw + Dr2)[None, :] * s_cos_d).to(tl.float32)
-        s_lo = tl.load(sin_ptr + rw[:, None] * s_sin_t + jw[None, :] * s_sin_d).to(tl.float32)
-        s_hi = tl.load(sin_ptr + rw[:, None] * s_sin_t + (jw + Dr2)[None, :] * s_sin_d).to(tl.float32)
-        r_lo = qe * c_lo + (-qo) * s_lo
-        r_hi = qo * c_hi + qe * s_hi
+        # ---- RoPE: interleaved pairs in, rotate-half out: d·cos + rotate_half(d)·sin ----
+        zero = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+        d = _dot(qr, P, zero, False, IEEE)
+        rot = _dot(qr, Q, zero, False, IEEE)
+        cs = tl.load(cos_ptr + rw[:, None] * s_cos_t + rcw[None, :] * s_cos_d).to(tl.float32)
+        sn = tl.load(sin_ptr + rw[:, None] * s_sin_t + rcw[None, :] * s_sin_d).to(tl.float32)
+        out = d * cs + rot * sn
         if Q8:
             qs = tl.load(qsckv_ptr)
-            den = tl.zeros_like(r_lo) + safe[:, None]
-            r_lo = tl.math.div_rn(r_lo * qs, den)
-            r_hi = tl.math.div_rn(r_hi * qs, den)
+            out = tl.math.div_rn(out * qs, tl.zeros_like(out) + safe[:, None])
         qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h64 * s_qrh
-        m2 = r_m[:, None] & j_m[None, :]
-        tl.store(qr_row + j[None, :], r_lo.to(dt), mask=m2)
-        tl.store(qr_row + (j + Dr2)[None, :], r_hi.to(dt), mask=m2)
+        tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
 
 
 # ==============================================================================================
@@ -481,7 +479,7 @@ def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: 
     q = dict(_bucket(T, qc["buckets_int8" if int8_query and "buckets_int8" in qc else "buckets"]))
     q.update(ov.get("query", {}))
     qbm, qbk = int(q["BLOCK_M"]), int(q["BLOCK_K"])
-    q.update(BLOCK_D=_p2(D), BLOCK_R=_p2(Dr // 2), EVEN_K=(Hcq % qbk == 0),
+    q.update(BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), EVEN_K=(Hcq % qbk == 0),
              grid=_grid(N * triton.cdiv(T, qbm), int(qc.get("grid_cap", 0))))
     return dict(down=d, row=r, query=q, backend_key=key)
 
@@ -549,6 +547,23 @@ def mla_prolog(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_uq_qr: tor
     full + C8, else [0]). Arguments are not validated here (ops/mla_prolog.py does it); raises ValueError
     for a cache_mode other than "PA_BSND".
     """
+    return mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq,
+                             rmsnorm_gamma_ckv, rope_sin, rope_cos, kv_cache, kr_cache, cache_index=cache_index,
+                             dequant_scale_x=dequant_scale_x, dequant_scale_w_dq=dequant_scale_w_dq,
+                             dequant_scale_w_uq_qr=dequant_scale_w_uq_qr, dequant_scale_w_dkv_kr=dequant_scale_w_dkv_kr,
+                             quant_scale_ckv=quant_scale_ckv, quant_scale_ckr=quant_scale_ckr,
+                             smooth_scales_cq=smooth_scales_cq, rmsnorm_epsilon_cq=rmsnorm_epsilon_cq,
+                             rmsnorm_epsilon_ckv=rmsnorm_epsilon_ckv, cache_mode=cache_mode)
+
+
+def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq, rmsnorm_gamma_ckv,
+                      rope_sin, rope_cos, kv_cache, kr_cache, *, cache_index, dequant_scale_x=None,
+                      dequant_scale_w_dq=None, dequant_scale_w_uq_qr=None, dequant_scale_w_dkv_kr=None,
+                      quant_scale_ckv=None, quant_scale_ckr=None, smooth_scales_cq=None, rmsnorm_epsilon_cq=1e-5,
+                      rmsnorm_epsilon_ckv=1e-5, cache_mode="PA_BSND", overrides: dict | None = None,
+                      backend_key: str | None = None):
+    """:func:`mla_prolog` with explicit launch-config ``overrides`` ({"down": {...}, "query": {...}, "row": {...}},
+    see :func:`plan`) and/or config table ``backend_key`` — for perf sweeps and tests."""
     if cache_mode != "PA_BSND":
         raise ValueError(f"cache_mode {cache_mode!r} is not supported (only 'PA_BSND')")
     dev = token_x.device
@@ -570,7 +585,8 @@ def mla_prolog(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_uq_qr: tor
     if T == 0:
         return query, query_rope, dsq
 
-    p = plan(T, He, Hcq, N, D, Dr, Hckv, dev, int8_down=full, int8_query=qint8)
+    p = plan(T, He, Hcq, N, D, Dr, Hckv, dev, int8_down=full, int8_query=qint8, backend_key=backend_key,
+             overrides=overrides)
     ieee = dt == torch.float32
     x = token_x.reshape(T, He)
     sin = rope_sin.reshape(T, Dr)
@@ -704,7 +720,7 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                     for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C"):
                         sig[c] = "constexpr"
                     ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
-                              BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr // 2), BLOCK_C=int(b["BLOCK_C"]))
+                              BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]))
                     cases.append(dict(name=f"mla_prolog_query_t{b['max_t']}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
                                       fn=_query_kernel, signature=sig, constexprs=ce))
     return cases
@@ -716,4 +732,4 @@ def ascend_compile_cases() -> list[dict]:
     return compile_cases("ascend")
 
 
-__all__ = ["mla_prolog", "supports_reason", "ascend_compile_cases", "compile_cases", "plan", "pack_weights"]
+__all__ = ["mla_prolog", "mla_prolog_config", "supports_reason", "ascend_compile_cases", "compile_cases", "plan", "pack_weights"]

@@ -108,7 +108,7 @@ def _row_scale(amax, nan_count):
     return tl.where(nan_count > 0, float("nan"), s)
 
 
-@triton.jit(do_not_specialize=["M", "K"])
+@triton.jit(do_not_specialize=["M"])
 def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
                           stride_xm, stride_xk, stride_qm,
                           HAS_SMOOTH: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -168,7 +168,7 @@ def _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES: t
     return h
 
 
-@triton.jit(do_not_specialize=["M", "K", "eps"])
+@triton.jit(do_not_specialize=["M", "eps"])
 def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_ptr, res_out_ptr, M, K,
                            stride_xm, stride_xk, stride_rm, stride_rk, stride_qm, stride_om, eps,
                            HAS_RES: tl.constexpr, HAS_SMOOTH: tl.constexpr,
@@ -336,7 +336,8 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
 # ==============================================================================================
 # quant_matmul
 # ==============================================================================================
-@triton.jit(do_not_specialize=["M", "N", "K", "K_PER_SPLIT", "SPLIT_K"])
+# K, N, K_PER_SPLIT stay specialised: their divisibility by 16 lets the loads vectorise (10x measured)
+@triton.jit(do_not_specialize=["M", "SPLIT_K"])
 def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr,
                 M, N, K, K_PER_SPLIT, SPLIT_K,
                 stride_xm, stride_xk, stride_wk, stride_wn, stride_om,

@@ -66,10 +66,13 @@ def paged_inputs(B, S_q, N, lens, bs, dtype, device, gen, *, unused=-1, extra_bl
 # ----------------------------------------------------------------------------------------------
 # parallel pre-compilation: each worker runs a tiny problem with the same compile-time parameters
 # ----------------------------------------------------------------------------------------------
-def compile_key(dtype, N, S_q, bs, causal, rescale, num_splits, config, device, round_c=True, max_keys=1 << 15, B=1):
+def compile_key(dtype, N, S_q, bs, causal, rescale, num_splits, config, device, round_c=None, max_keys=1 << 15, B=1,
+                lazy=None):
     plan = tri.launch_plan(B, S_q, N, max_keys, device, config, num_splits)
-    return (str(dtype), plan["BLOCK_M"], plan["BLOCK_N"], plan["num_warps"], plan["num_stages"], bs, bool(causal),
-            rescale, bool(round_c), plan["num_splits"] > 1,
+    amla = rescale == "amla"
+    return (str(dtype), plan["BLOCK_M"], plan["BLOCK_N"], plan["num_warps"], plan["num_stages"], plan["q_in_loop"],
+            bs, bool(causal), rescale, amla and bool(plan["round_c"] if round_c is None else round_c),
+            amla and float(plan["lazy"] if lazy is None else lazy), plan["num_splits"] > 1,
             plan["num_splits"] if plan["num_splits"] > 1 else 0, plan["persistent"], plan["skip"])
 
 
@@ -80,7 +83,7 @@ def _warm_one(job):
     gen = torch.Generator(device=dev).manual_seed(0)
     args, _ = paged_inputs(1, job["S_q"], job["N"], [min(40, job["bs"] * 2)], job["bs"], dtype, dev, gen)
     tri.amla_variant(*args, 0.1, job["causal"], rescale=job["rescale"], num_splits=job["num_splits"],
-                     config=job["config"], round_c=job["round_c"])
+                     config=job["config"], round_c=job.get("round_c"), lazy=job.get("lazy"))
     if dev.type == "cuda":
         torch.cuda.synchronize()
     return time.time() - t0
@@ -93,10 +96,9 @@ def prewarm(jobs: list[dict], workers: int = 12, log=print) -> None:
     for j in jobs:
         dev = torch.device(j["device"])
         k = compile_key(getattr(torch, j["dtype"]), j["N"], j["S_q"], j["bs"], j["causal"], j["rescale"],
-                        j["num_splits"], j["config"], dev, j.get("round_c", True), j.get("max_keys", 1 << 15),
-                        j.get("B", 1))
+                        j["num_splits"], j["config"], dev, j.get("round_c"), j.get("max_keys", 1 << 15),
+                        j.get("B", 1), j.get("lazy"))
         jj = dict(j)
-        jj.setdefault("round_c", True)
         jj["num_splits"] = tri.launch_plan(j.get("B", 1), j["S_q"], j["N"], j.get("max_keys", 1 << 15), dev,
                                            j["config"], j["num_splits"])["num_splits"]
         uniq.setdefault(k, jj)

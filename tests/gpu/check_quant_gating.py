@@ -115,7 +115,10 @@ def check_dynamic_quant(dev, Ms, gen):
                     x = (3 * torch.randn(M, K, generator=gen, device=dev)).to(dtype)
                     s = (0.5 + torch.rand(K, generator=gen, device=dev)) if smooth else None
                     q, sc = TQ.dynamic_quant(x, smooth_scales=s)
-                    rq, rs = RQ.dynamic_quant(x, smooth_scales=s)
+                    # reference on the CPU: on CUDA, torch's `amax / 127` (division by a Python scalar)
+                    # multiplies by the reciprocal, 1 ulp off the IEEE quotient the spec names
+                    rq, rs = RQ.dynamic_quant(x.cpu(), smooth_scales=s.cpu() if s is not None else None)
+                    q, sc = q.cpu(), sc.cpu()
                     if not (torch.equal(q, rq) and torch.equal(sc, rs)):
                         d = (q.int() - rq.int()).abs().max().item() if q.numel() else 0
                         bad.append(f"M={M} smooth={smooth} maxLSB={d}")
@@ -149,7 +152,9 @@ def check_rms_norm_dynamic_quant(dev, Ms, gen):
                     g = (0.5 + torch.rand(H, generator=gen, device=dev)).to(dtype)
                     s = (0.5 + torch.rand(H, generator=gen, device=dev)) if smooth else None
                     q, sc, ro = TQ.rms_norm_dynamic_quant(x, g, epsilon=1e-6, residual=r, smooth_scales=s)
-                    rq, rs, rro = RQ.rms_norm_dynamic_quant(x, g, epsilon=1e-6, residual=r, smooth_scales=s)
+                    rq, rs, rro = (t.to(dev) for t in RQ.rms_norm_dynamic_quant(
+                        x.cpu(), g.cpu(), epsilon=1e-6, residual=r.cpu() if r is not None else None,
+                        smooth_scales=s.cpu() if s is not None else None))  # CPU: IEEE scale (see above)
                     total += q.numel()
                     if not torch.equal(ro, rro):
                         msgs.append(f"M={M} residual_out differs")
