@@ -84,7 +84,8 @@ def poisoned(monkeypatch):
 VARIANTS = {"amla": dict(rescale="amla", round_c=True, lazy=-1.0),
             "amla_lazy": dict(rescale="amla", round_c=False, lazy=8.0),
             "amla_lazy_rounded": dict(rescale="amla", round_c=True, lazy=3.0),
-            "multiply": dict(rescale="multiply")}
+            "multiply": dict(rescale="multiply", lazy=-1.0),
+            "multiply_lazy": dict(rescale="multiply", lazy=8.0)}
 
 
 def run(args, causal=True, variant=None, **kw):

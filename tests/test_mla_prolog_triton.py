@@ -387,6 +387,12 @@ def test_plan_reads_shapes_only_and_fills_the_device():
     assert d["SPLIT_K"] > 1 and d["grid"] >= 132
     assert d["SPLIT_K"] * d["K_PER_SPLIT"] >= 7168 > (d["SPLIT_K"] - 1) * d["K_PER_SPLIT"]
     assert p["query"]["grid"] == 128
+    # fp32 operands: fewer pipeline stages so shared memory fits (the H200 run 1 overflowed with 4 stages: 250 KB)
+    p32 = K.plan(1, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="cuda", cores=132, act_bytes=4)
+    q, q32 = p["query"], p32["query"]
+    assert q32["num_stages"] < q["num_stages"]
+    per_stage = (q32["BLOCK_M"] * q32["BLOCK_K"] + q32["BLOCK_K"] * (q32["BLOCK_D"] + q32["BLOCK_R"])) * 4
+    assert (q32["num_stages"] - 1) * per_stage <= 200 * 1024
     p = K.plan(128, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="ascend")
     assert p["down"]["grid"] <= 20 and p["query"]["grid"] <= 20 and p["row"]["grid"] <= 40
 

@@ -130,7 +130,7 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
     p_dtype = kv_ptr.dtype.element_ty
 
     m_i = tl.full((BLOCK_M,), NEG_INF, tl.float32)      # running max of the logits (natural units)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)              # running Σp, in O's reference
+    l_i = tl.zeros((BLOCK_M,), tl.float32)              # running Σ e^s, in the reference (2^n or e^-m_r)
     acc0 = tl.zeros((BLOCK_M, DC), tl.float32)
     acc1 = tl.zeros((BLOCK_M, DC), tl.float32)
     acc2 = tl.zeros((BLOCK_M, DC), tl.float32)
@@ -138,6 +138,7 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
     n_i = tl.zeros((BLOCK_M,), tl.float32)              # AMLA: O is referenced to 2^n_i
     cof_i = tl.full((BLOCK_M,), 1.0, tl.float32)
     c_last = tl.full((BLOCK_M,), 1.0, tl.float32)
+    m_r = tl.zeros((BLOCK_M,), tl.float32)              # multiply: O and l are referenced to e^m_r
     bt_row = bt_ptr + b64 * sbt_b
 
     for k0 in range(start, end, BLOCK_N):
@@ -175,10 +176,10 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_use = tl.where(m_new == NEG_INF, 0.0, m_new)          # rows with no key yet: no −inf − (−inf)
         mL = m_use * LOG2E
-        p = tl.exp2(s * LOG2E - mL[:, None])                    # e^(s − m); masked keys → 0
+        fresh = m_i == NEG_INF                                  # the row had no key before this block
         if RESCALE == 1:
-            # AMLA: reference 2^n, n = rint(−m/ln2) (re-chosen only once m/ln2 + n > LAZY; LAZY < 0: every block)
-            renew = (mL + n_i > LAZY) | (m_i == NEG_INF)
+            # AMLA: reference 2^n, n = rint(−m/ln2), re-chosen once m/ln2 + n > LAZY (LAZY < 0: every block)
+            renew = (mL + n_i > LAZY) | fresh
             n_new = tl.where(renew, tl.floor(0.5 - mL), n_i)
             c32 = tl.exp2(mL + n_new)                           # c = e^m·2^n
             if ROUND_C:
@@ -186,12 +187,14 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
             else:
                 c_r = c32
             cof = c32 / c_r                                     # ... and compensates the rounding below
-            dn = tl.where(m_i == NEG_INF, 0.0, n_new - n_i)
+            dn = tl.where(fresh, 0.0, n_new - n_i)
             dn = tl.maximum(dn, -30.0)                          # shift clamp
+            dn_i = dn.to(tl.int32)
+            pow2 = ((dn_i + 127) << 23).to(tl.float32, bitcast=True)   # exactly 2^dn
             ratio = cof_i / cof
             comp = 1.5 * (ratio - 1.0)                          # compensation term
-            n_add = dn.to(tl.int32) * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
-            fac = tl.exp2(dn) * ratio                           # the factor the add stands for
+            n_add = dn_i * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
+            fac = pow2 * ratio                                  # the factor the add stands for
             if SKIP:
                 if tl.max(tl.abs(n_add), axis=0) != 0:
                     acc0 = _pow2_rescale(acc0, n_add, dn, fac)
@@ -203,13 +206,21 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                 acc1 = _pow2_rescale(acc1, n_add, dn, fac)
                 acc2 = _pow2_rescale(acc2, n_add, dn, fac)
                 acc3 = _pow2_rescale(acc3, n_add, dn, fac)
+            p = tl.exp2(s * LOG2E - mL[:, None])                # e^(s − m); masked keys → 0
+            # l in the exact power-of-two reference, Σ e^s·2^n (rescaled by powers of two only; the
+            # compensated cof enters once, at the end)
+            l_i = l_i * pow2 + c32 * tl.sum(p, axis=1)
             p = p * c_r[:, None]                                # P' = e^s·2^n/cof: the remainder folded into P
-            l_i = l_i * fac + tl.sum(p, axis=1)
             n_i = n_new
             cof_i = cof
-            c_last = c_r
+            c_last = c32
         else:
-            alpha = tl.exp2(m_i * LOG2E - mL)                   # 0 for rows that had no key
+            # FlashAttention: reference e^m_ref, moved to the running max once it is LAZY bits above (LAZY < 0:
+            # every time the max grows), O and l multiplied by e^(m_ref_old − m_ref_new)
+            renew = (mL - m_r * LOG2E > LAZY) | fresh
+            m_r_new = tl.where(renew, m_use, m_r)
+            alpha = tl.where(fresh, 0.0, tl.exp2((m_r - m_r_new) * LOG2E))
+            p = tl.exp2(s * LOG2E - (m_r_new * LOG2E)[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             if SKIP:
                 if tl.min(alpha, axis=0) != 1.0:
@@ -222,6 +233,7 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                 acc1 = acc1 * alpha[:, None]
                 acc2 = acc2 * alpha[:, None]
                 acc3 = acc3 * alpha[:, None]
+            m_r = m_r_new
         pb = p.to(p_dtype)
         acc0 = tl.dot(pb, k_0, acc0)                            # V is c_kv itself: the same tiles
         acc1 = tl.dot(pb, k_1, acc1)
@@ -231,11 +243,12 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
 
     has = l_i > 0.0
     lsafe = tl.where(has, l_i, 1.0)
-    inv = 1.0 / lsafe
     if RESCALE == 1:
-        lse = m_i + tl.log(lsafe / c_last)                      # l = c·Σe^(s−m)
+        inv = cof_i / lsafe                                     # O carries 2^n/cof, l carries 2^n
+        lse = m_i + tl.log(lsafe / c_last)                      # l = c32·Σe^(s−m)
     else:
-        lse = m_i + tl.log(lsafe)
+        inv = 1.0 / lsafe
+        lse = m_r + tl.log(lsafe)
     lse = tl.where(has, lse, NEG_INF)
     o0 = tl.where(has[:, None], acc0 * inv[:, None], 0.0)
     o1 = tl.where(has[:, None], acc1 * inv[:, None], 0.0)
@@ -419,7 +432,7 @@ def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, c
                 q_in_loop=bool(tile.get("q_in_loop", False)),
                 num_stages=tile["num_stages"], num_m=num_m, num_splits=num_splits, total=total,
                 grid=max(grid, 1), persistent=persistent, skip=bool(sect["rescale_skip"]),
-                round_c=bool(sect["amla_round_c"]), lazy=float(sect["amla_lazy"]),
+                round_c=bool(sect["amla_round_c"]), lazy=float(sect["lazy"]),
                 merge_grid=max(merge_grid, 1), merge_total=merge_total,
                 merge_warps=sect["merge"]["num_warps"])
 
@@ -468,9 +481,10 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
     round_c: AMLA only — round the remainder c to the KV dtype as CANN does (True: the compensation term
     corrects O for it) or keep it fp32 (False: cof ≡ 1, the compensation is 0 and O is rescaled only when
     n changes). None = the config's "amla_round_c".
-    lazy: AMLA only — re-choose the power-of-two reference n only once m/ln2 + n exceeds ``lazy`` (log2
-    units; P' ≤ 2^(lazy+½) stays far from overflow), so O is rescaled a few times per row instead of at
-    every block; a negative value re-chooses n at every block as CANN does. None = the config's "amla_lazy".
+    lazy: re-choose the reference (AMLA: the power of two 2^n; multiply: the max e^m_ref) only once the
+    running max is ``lazy`` bits above it (P ≤ 2^(lazy+½) stays far from overflow), so O is rescaled a few
+    times per row instead of at every block; a negative value re-chooses it at every block (CANN's AMLA,
+    FlashAttention-2). None = the config's "lazy".
     Shapes/dtypes/returns as :func:`amla`. Raises ValueError for an unknown ``rescale``.
     """
     if rescale not in ("amla", "multiply"):
@@ -570,7 +584,7 @@ def ascend_compile_cases() -> list[dict]:
                     sig.update({k: "i32" for k in ints})
                     const = dict(D_V=512, D_R=64, PAGE=128, BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"],
                                  CAUSAL=True, RESCALE=rescale, ROUND_C=bool(cfg["amla_round_c"]),
-                                 LAZY=float(cfg["amla_lazy"]), SKIP=bool(cfg["rescale_skip"]),
+                                 LAZY=float(cfg["lazy"]), SKIP=bool(cfg["rescale_skip"]),
                                  SPLIT=split, Q_IN_LOOP=bool(tile.get("q_in_loop", False)), PERSISTENT=True)
                     sig.update({k: "constexpr" for k in const})
                     cases.append(dict(name=f"amla_fwd_{dt}_tile{ti}_bm{tile['BLOCK_M']}_bn{tile['BLOCK_N']}"

@@ -18,9 +18,12 @@ its weights once with enough programs to fill the device:
    dynamic quant when W_UQ_QR is int8), RmsNorm(ckv) and RoPE(kr) (interleaved pairs in, rotate-half out)
    → scatter into kv_cache / kr_cache row ``cache_index[t]`` (bf16/fp16, or C8 int8 = RNE(v · quant_scale)
    saturated to [−128, 127]). Negative ids and ids ≥ num_blocks·block_size are never written (masked
-   stores, so the kernel cannot write outside the cache even with eager checks off).
+   stores, so the kernel cannot write outside the cache even with eager checks off). ``SPLIT_K`` is a
+   constexpr here and every load of a token is issued before its first use (latency, not bytes, is what
+   this kernel costs).
 3. :func:`_query_kernel` — one program per (head, token tile): ``cqn @ W_UQ_QR[:, head]`` over the head's
-   D nope columns and its Dr rope columns (contiguous tiles); epilogue: dequant (int8) → round to dt → the nope part is multiplied by W_UK[head]
+   D nope columns and its Dr rope columns (contiguous tiles); epilogue: dequant (int8) → round to dt →
+   the nope part is multiplied by W_UK[head]
    (absorption, in chunks of BLOCK_C) → ``query`` (dt; or int8 per (token, head) with
    ``dequant_scale_q_nope`` in the full + C8 mode, two passes over W_UK[head]), and the rope part gets
    RoPE → ``query_rope`` (÷ dequant_scale_q_nope · quant_scale_ckv in full + C8). The RoPE de-interleave
@@ -29,6 +32,7 @@ its weights once with enough programs to fill the device:
    that would defeat cp.async pipelining) and no tl.split / reshape is needed (triton-ascend subset).
 
 All quant modes of the reference (bf16, partial, full A8W8, and each with C8) run in these three kernels.
+Measured limits per kernel (H200): docs/perf/mla_prolog.md.
 
 Portability: triton-ascend 3.2 subset; ``tl.dot`` accumulates in fp32 / int32 (``out_dtype=tl.int32`` is
 spelled out), fp32 operands use ``input_precision="ieee"`` (no TF32); divisions and sqrt that set
@@ -196,21 +200,21 @@ def _down_kernel(x_ptr, wdq_ptr, wkv_ptr, ws_ptr, T, He, Hcq, Ckv, K_PER_SPLIT, 
 # 2. per-token row kernel: reduce, dequant, round, RmsNorm(cq) [→ int8], RmsNorm(ckv), RoPE(kr), scatter
 # ==============================================================================================
 @triton.jit
-def _partial_sum(ws_ptr, row_off, cols, mask, SPLIT_K, TCT):
-    """Σ_split ws[split, t, cols] in split order (fp32 or exact int32)."""
+def _partial_sum(ws_ptr, row_off, cols, mask, SPLIT_K: tl.constexpr, TCT):
+    """Σ_split ws[split, t, cols] in split order (fp32 or exact int32). SPLIT_K is a constexpr so the
+    loop unrolls and every load is issued before the first add (one L2 round trip, not SPLIT_K)."""
     p = ws_ptr + row_off + cols
     acc = tl.load(p, mask=mask, other=0)
-    for _s in range(1, SPLIT_K):
-        p += TCT
-        acc += tl.load(p, mask=mask, other=0)
+    for s in tl.static_range(1, SPLIT_K):
+        acc += tl.load(p + s * TCT, mask=mask, other=0)
     return acc
 
 
 @triton.jit
-def _dequant_round(acc, wsc_ptr, cols, mask, xs, dt, INT8: tl.constexpr):
+def _dequant_round(acc, wsc, xs, dt, INT8: tl.constexpr):
     """fp32 value of dt(acc) (A8W8: dt(fp32(acc) · w_scale[col] · x_scale))."""
     if INT8:
-        v = acc.to(tl.float32) * tl.load(wsc_ptr + cols, mask=mask, other=0.0) * xs
+        v = acc.to(tl.float32) * wsc * xs
     else:
         v = acc
     return v.to(dt).to(tl.float32)
@@ -219,13 +223,15 @@ def _dequant_round(acc, wsc_ptr, cols, mask, xs, dt, INT8: tl.constexpr):
 @triton.jit
 def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smooth_ptr,
                 sin_ptr, cos_ptr, idx_ptr, kv_ptr, kr_ptr, qsckv_ptr, qsckr_ptr, cqn_ptr, cqs_ptr,
-                T, TCT, Hcq, Hckv, Dr, SPLIT_K, num_slots, block_size,
+                T, TCT, Hcq, Hckv, Dr, num_slots, block_size,
                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_idx,
                 s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, s_cqn,
                 eps_cq, eps_ckv,
-                INT8: tl.constexpr, QUANT_CQ: tl.constexpr, HAS_SMOOTH: tl.constexpr,
+                SPLIT_K: tl.constexpr, INT8: tl.constexpr, QUANT_CQ: tl.constexpr, HAS_SMOOTH: tl.constexpr,
                 KV_INT8: tl.constexpr, KR_INT8: tl.constexpr,
                 BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_R: tl.constexpr):
+    """One token per iteration. Every global load of the iteration is issued first (partials of all
+    splits, scales, sin/cos, the slot id) so the kernel costs about one memory round trip per token."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     dt = dt_ptr.dtype.element_ty
@@ -237,22 +243,44 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
     kv_m = kv_c < Hckv
     j = tl.arange(0, BLOCK_R)
     j_m = j < Dr2
+    ev_c = Hckv + 2 * j
     g_q = tl.load(gq_ptr + cq_c, mask=cq_m, other=0.0).to(tl.float32)
     g_kv = tl.load(gkv_ptr + kv_c, mask=kv_m, other=0.0).to(tl.float32)
+    if INT8:
+        wsc_q = tl.load(wsdq_ptr + cq_c, mask=cq_m, other=0.0)
+        wsc_kv = tl.load(wskv_ptr + kv_c, mask=kv_m, other=0.0)
+        wsc_e = tl.load(wskv_ptr + ev_c, mask=j_m, other=0.0)
+        wsc_o = tl.load(wskv_ptr + ev_c + 1, mask=j_m, other=0.0)
+    else:
+        wsc_q = 1.0
+        wsc_kv = 1.0
+        wsc_e = 1.0
+        wsc_o = 1.0
+    if HAS_SMOOTH:
+        sm = tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
     for t in range(pid, T, nprog):
         tq = tl.full([], t, tl.int64)
         row = tq * CT
+        # ---- every load first ----
+        acc_q = _partial_sum(ws_ptr, row, cq_c, cq_m, SPLIT_K, TCT)
+        acc_kv = _partial_sum(ws_ptr, row + Hcq, kv_c, kv_m, SPLIT_K, TCT)
+        acc_e = _partial_sum(ws_ptr, row + Hcq, ev_c, j_m, SPLIT_K, TCT)
+        acc_o = _partial_sum(ws_ptr, row + Hcq, ev_c + 1, j_m, SPLIT_K, TCT)
         if INT8:
-            xs = tl.load(xs_ptr + t)
+            xs = tl.load(xs_ptr + tq)
         else:
             xs = 1.0
+        c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+        c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+        s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+        s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+        slot = tl.load(idx_ptr + tq * s_idx)
         # ---- cq → cqn (dt) or (int8, per-token scale) ----
-        acc = _partial_sum(ws_ptr, row, cq_c, cq_m, SPLIT_K, TCT)
-        cq = _dequant_round(acc, wsdq_ptr, cq_c, cq_m, xs, dt, INT8)
+        cq = _dequant_round(acc_q, wsc_q, xs, dt, INT8)
         y = _rms_norm(cq, cq_m, g_q, Hcq, eps_cq)
         if QUANT_CQ:
             if HAS_SMOOTH:
-                y = y * tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
+                y = y * sm
             y = tl.where(cq_m, y, 0.0)
             amax = tl.max(tl.abs(y), axis=0)
             nan_count = tl.sum((y != y).to(tl.int32), axis=0)
@@ -262,26 +290,17 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
             v = tl.math.div_rn(y, tl.zeros_like(y) + safe)
             v = tl.where(scale > 0, v, 0.0)
             tl.store(cqn_ptr + tq * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
-            tl.store(cqs_ptr + t, scale)
+            tl.store(cqs_ptr + tq, scale)
         else:
             tl.store(cqn_ptr + tq * s_cqn + cq_c, y.to(cqn_ptr.dtype.element_ty), mask=cq_m)
-        # ---- ckv → kv, kr → k_rope ----
-        acc = _partial_sum(ws_ptr, row + Hcq, kv_c, kv_m, SPLIT_K, TCT)
-        ckv = _dequant_round(acc, wskv_ptr, kv_c, kv_m, xs, dt, INT8)
+        # ---- ckv → kv, kr → k_rope (e = kr[0::2], o = kr[1::2]) ----
+        ckv = _dequant_round(acc_kv, wsc_kv, xs, dt, INT8)
         kv = _rms_norm(ckv, kv_m, g_kv, Hckv, eps_ckv)
-        ev_c = Hckv + 2 * j
-        acc_e = _partial_sum(ws_ptr, row + Hcq, ev_c, j_m, SPLIT_K, TCT)
-        acc_o = _partial_sum(ws_ptr, row + Hcq, ev_c + 1, j_m, SPLIT_K, TCT)
-        e = _dequant_round(acc_e, wskv_ptr, ev_c, j_m, xs, dt, INT8)
-        o = _dequant_round(acc_o, wskv_ptr, ev_c + 1, j_m, xs, dt, INT8)
-        c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
-        c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
-        s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
-        s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+        e = _dequant_round(acc_e, wsc_e, xs, dt, INT8)
+        o = _dequant_round(acc_o, wsc_o, xs, dt, INT8)
         r_lo = e * c_lo + (-o) * s_lo
         r_hi = o * c_hi + e * s_hi
         # ---- scatter (PA_BSND): slot → (slot // block_size, slot % block_size) ----
-        slot = tl.load(idx_ptr + tq * s_idx)
         ok = (slot >= 0) & (slot < num_slots)
         slot = tl.where(ok, slot, 0)
         okv = (tl.zeros([BLOCK_KV], tl.int32) + ok.to(tl.int32)) != 0
@@ -445,10 +464,12 @@ def _flat_scale(s: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
 
 def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: torch.device, *,
          int8_down: bool = False, int8_query: bool = False, backend_key: str | None = None,
-         overrides: dict | None = None, cores: int | None = None) -> dict:
+         overrides: dict | None = None, cores: int | None = None, act_bytes: int = 2) -> dict:
     """The launch plan for these shapes (shapes only, no data): per-kernel tiles, SPLIT_K, grids.
     ``overrides`` = {"down": {...}, "query": {...}, "row": {...}} replaces bucket entries (perf sweeps);
-    ``cores`` overrides the core count (default: the config's, or the device's SM count)."""
+    ``cores`` overrides the core count (default: the config's, or the device's SM count); ``act_bytes`` is
+    the element size of the float activation dtype (fp32 operands need more shared memory per stage:
+    where the config has ``smem_bytes``, num_stages is lowered until the estimate fits)."""
     key = backend_key or _backend_key(device)
     cfg = _all_configs()[key]
     ov = overrides or {}
@@ -470,6 +491,9 @@ def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: 
     sk = triton.cdiv(He, k_per)
     d.update(SPLIT_K=sk, K_PER_SPLIT=k_per, EVEN_K=(He % k_per == 0 and k_per % bk == 0),
              grid=_grid(tiles * sk, int(dc.get("grid_cap", 0))))
+    smem = int(cfg.get("smem_bytes", 0))
+    eb = 1 if int8_down else act_bytes
+    d["num_stages"] = _fit_stages(int(d.get("num_stages", 1)), (bm * bk + bk * bn) * eb, 0, smem)
     # --- row kernel ---
     r = dict(cfg["row"])
     r.update(ov.get("row", {}))
@@ -479,9 +503,21 @@ def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: 
     q = dict(_bucket(T, qc["buckets_int8" if int8_query and "buckets_int8" in qc else "buckets"]))
     q.update(ov.get("query", {}))
     qbm, qbk = int(q["BLOCK_M"]), int(q["BLOCK_K"])
-    q.update(BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), EVEN_K=(Hcq % qbk == 0),
+    bd, br, bc = _p2(D), _p2(Dr), int(q["BLOCK_C"])
+    q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0),
              grid=_grid(N * triton.cdiv(T, qbm), int(qc.get("grid_cap", 0))))
+    eb = 1 if int8_query else act_bytes
+    epi = (bd * bc + qbm * bd + 2 * br * br + qbm * br) * act_bytes
+    q["num_stages"] = _fit_stages(int(q.get("num_stages", 1)), (qbm * qbk + qbk * (bd + br)) * eb, epi, smem)
     return dict(down=d, row=r, query=q, backend_key=key)
+
+
+def _fit_stages(stages: int, per_stage: int, epilogue: int, smem: int) -> int:
+    """Lower num_stages until (stages − 1)·per_stage + epilogue ≤ smem (conservative estimate of Triton's
+    shared-memory use: stages − 1 buffered operand tiles plus the epilogue's dot operands); smem 0 = no limit."""
+    while smem > 0 and stages > 1 and (stages - 1) * per_stage + epilogue > smem:
+        stages -= 1
+    return stages
 
 
 def supports_reason(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq, rmsnorm_gamma_ckv,
@@ -586,7 +622,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         return query, query_rope, dsq
 
     p = plan(T, He, Hcq, N, D, Dr, Hckv, dev, int8_down=full, int8_query=qint8, backend_key=backend_key,
-             overrides=overrides)
+             overrides=overrides, act_bytes=dt.itemsize)
     ieee = dt == torch.float32
     x = token_x.reshape(T, He)
     sin = rope_sin.reshape(T, Dr)
@@ -627,12 +663,12 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         ws, weight_uk, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
         rmsnorm_gamma_cq, rmsnorm_gamma_ckv, smooth if smooth is not None else rmsnorm_gamma_cq,
         sin, cos, idx, kv_cache, kr_cache, qsckv if kv8 else rmsnorm_gamma_cq, qsckr if kr8 else rmsnorm_gamma_cq,
-        cqn, cqs, T, T * CT, Hcq, Hckv, Dr, d["SPLIT_K"], nb * bs, bs,
+        cqn, cqs, T, T * CT, Hcq, Hckv, Dr, nb * bs, bs,
         sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1), idx.stride(0),
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(3), kr_cache.stride(0), kr_cache.stride(1),
         kr_cache.stride(3), s_qsckv, s_qsckr, cqn.stride(0), float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv),
-        INT8=full, QUANT_CQ=qint8, HAS_SMOOTH=qint8 and smooth is not None, KV_INT8=kv8, KR_INT8=kr8,
-        BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], num_warps=int(r["num_warps"]))
+        SPLIT_K=d["SPLIT_K"], INT8=full, QUANT_CQ=qint8, HAS_SMOOTH=qint8 and smooth is not None, KV_INT8=kv8,
+        KR_INT8=kr8, BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], num_warps=int(r["num_warps"]))
 
     # ---- 3. query GEMM + absorption + RoPE ----
     q = p["query"]
@@ -694,16 +730,20 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                "gq_ptr": dt, "gkv_ptr": dt, "smooth_ptr": f32, "sin_ptr": dt, "cos_ptr": dt, "idx_ptr": "*i64",
                "kv_ptr": "*i8" if kv8 else dt, "kr_ptr": "*i8" if kr8 else dt, "qsckv_ptr": f32, "qsckr_ptr": f32,
                "cqn_ptr": "*i8" if uq8 else dt, "cqs_ptr": f32}
-        for a in ("T", "TCT", "Hcq", "Hckv", "Dr", "SPLIT_K", "num_slots", "block_size", "s_sin_t", "s_sin_d",
+        for a in ("T", "TCT", "Hcq", "Hckv", "Dr", "num_slots", "block_size", "s_sin_t", "s_sin_d",
                   "s_cos_t", "s_cos_d", "s_idx", "s_kv_b", "s_kv_s", "s_kv_c", "s_kr_b", "s_kr_s", "s_kr_c",
                   "s_qsckv", "s_qsckr", "s_cqn"):
             sig[a] = i32
         sig.update(eps_cq="fp32", eps_ckv="fp32")
-        for c in ("INT8", "QUANT_CQ", "HAS_SMOOTH", "KV_INT8", "KR_INT8", "BLOCK_Q", "BLOCK_KV", "BLOCK_R"):
+        for c in ("SPLIT_K", "INT8", "QUANT_CQ", "HAS_SMOOTH", "KV_INT8", "KR_INT8", "BLOCK_Q", "BLOCK_KV", "BLOCK_R"):
             sig[c] = "constexpr"
-        ce = dict(INT8=x8, QUANT_CQ=uq8, HAS_SMOOTH=smooth, KV_INT8=kv8, KR_INT8=kr8, BLOCK_Q=_p2(Hcq),
-                  BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2))
-        cases.append(dict(name=f"mla_prolog_row_{mode}_{dt[1:]}", fn=_row_kernel, signature=sig, constexprs=ce))
+        splits = sorted({plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key,
+                              int8_down=x8)["down"]["SPLIT_K"] for T in (1, 16, 32, 64, 128, 4096)})
+        for sk in splits:
+            ce = dict(SPLIT_K=sk, INT8=x8, QUANT_CQ=uq8, HAS_SMOOTH=smooth, KV_INT8=kv8, KR_INT8=kr8,
+                      BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2))
+            cases.append(dict(name=f"mla_prolog_row_{mode}_split{sk}_{dt[1:]}", fn=_row_kernel, signature=sig,
+                              constexprs=ce))
     qcfg = cfg["query"]
     for key in ("buckets", "buckets_int8"):
         for b in qcfg.get(key, []) if key in qcfg else []:
