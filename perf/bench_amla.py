@@ -80,7 +80,8 @@ def record_kernel(tag):
 
 VARIANTS = {"amla": dict(rescale="amla"),                                   # the CUDA config's AMLA
             "amla-CANN": dict(rescale="amla", round_c=True, lazy=-1.0),       # CANN's: c rounded, n every block
-            "multiply": dict(rescale="multiply")}
+            "multiply": dict(rescale="multiply"),                             # FA multiply, lazy reference
+            "multiply-FA2": dict(rescale="multiply", lazy=-1.0)}              # FA2: rescale whenever m grows
 
 
 def run_variant(args, variant, num_splits=None, config=None, quick=False):
@@ -105,13 +106,12 @@ def grid_shapes(quick):
     return [(B, S_q, N, L) for B in Bs for S_q in (1, 2) for N in (16, 128) for L in Ls]
 
 
-SWEEP_COMPUTE = [dict(BLOCK_M=64, BLOCK_N=bn, num_warps=8, num_stages=st) for bn, st in
-                 ((32, 2), (32, 3), (64, 1), (64, 2), (128, 1))]
-SWEEP_COMPUTE_VARIANTS = [("multiply", {}), ("amla-CANN", {}), ("amla", {"rescale_skip": False})]
-SWEEP_MEMORY = [dict(BLOCK_M=16, BLOCK_N=bn, num_warps=w, num_stages=st, q_in_loop=ql) for bn, w, st, ql in
-                ((32, 4, 2, True), (32, 4, 3, True), (64, 4, 2, True), (64, 4, 3, True), (128, 8, 2, True),
-                 (64, 4, 2, False))]
-SPLITS_MEMORY = (None, 4, 8)
+# --sweep (run 2 of the session swept tiles: BM64 × BN{32,64,128} × stages{1,2,3}; BM16 × BN{32,64,128} ×
+# stages{2,3} × q-in-loop × splits{4,8,9}: docs/perf/amla.md); now: variants and split counts on the floor shapes
+SWEEP_COMPUTE = [dict(BLOCK_M=64, BLOCK_N=bn, num_warps=8, num_stages=st) for bn, st in ((32, 3), (64, 2))]
+SWEEP_COMPUTE_VARIANTS = [("multiply-FA2", {}), ("amla", {"rescale_skip": False})]
+SWEEP_MEMORY = [dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2, q_in_loop=False)]
+SPLITS_MEMORY = (None, 3, 4, 6, 8)
 
 
 def main():
@@ -134,7 +134,7 @@ def main():
     jobs = []
     for B, S_q, N, L in shapes:
         mk = (-(-L // BS) + 2) * BS
-        for v in VARIANTS:
+        for v in ("amla", "amla-CANN", "multiply"):
             jobs.append(dict(dtype="bfloat16", N=N, S_q=S_q, bs=BS, causal=True, config=None, device="cuda",
                              max_keys=mk, B=B, num_splits=None, **VARIANTS[v]))
     sweep_cases = []
@@ -142,7 +142,7 @@ def main():
         sweep_cases = ([((64, 2, 128, 4096), c, None, "amla") for c in SWEEP_COMPUTE] +
                        [((64, 2, 128, 4096), c, None, v) for v, c in SWEEP_COMPUTE_VARIANTS] +
                        [((64, 1, 16, 4096), c, ns, "amla") for c in SWEEP_MEMORY for ns in SPLITS_MEMORY] +
-                       [((64, 1, 16, 4096), {}, None, "multiply")])
+                       [((64, 1, 16, 4096), {}, None, v) for v in ("multiply", "multiply-FA2", "amla-CANN")])
         for (B, S_q, N, L), c, ns, v in sweep_cases:
             jobs.append(dict(dtype="bfloat16", N=N, S_q=S_q, bs=BS, causal=True, config=c, device="cuda",
                              max_keys=(L // BS + 2) * BS, B=B, num_splits=ns, **VARIANTS[v]))
@@ -179,7 +179,9 @@ def main():
     log("## Grid (bf16, causal, uniform L per batch)\n")
     log("Columns per variant: µs, TFLOPS, GB/s, % of the measured roof that bounds the shape. "
         "amla = the CUDA config (c in fp32, lazy power-of-two reference, integer-add rescale); "
-        "amla-CANN = c rounded to bf16 + compensation, n re-chosen every block; multiply = FlashAttention rescale; "
+        "amla-CANN = c rounded to bf16 + compensation, n re-chosen every block; multiply = FlashAttention's fp32 "
+        "multiply rescale with the same lazy reference (multiply-FA2, rescaling whenever the max grows, is in the "
+        "sweep); "
         "torch = unfused PyTorch (gather pages, bmm, fp32 softmax, bmm).\n")
     log("| B | S_q | N | L | bound | splits | amla µs | TFLOPS | GB/s | % | amla-CANN µs | TFLOPS | GB/s | % | "
         "multiply µs | TFLOPS | GB/s | % | torch µs | TFLOPS | GB/s | amla vs torch |")

@@ -219,7 +219,7 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
             # every time the max grows), O and l multiplied by e^(m_ref_old − m_ref_new)
             renew = (mL - m_r * LOG2E > LAZY) | fresh
             m_r_new = tl.where(renew, m_use, m_r)
-            alpha = tl.where(fresh, 0.0, tl.exp2((m_r - m_r_new) * LOG2E))
+            alpha = tl.exp2(tl.where(fresh, NEG_INF, (m_r - m_r_new) * LOG2E))   # 0 for a fresh row
             p = tl.exp2(s * LOG2E - (m_r_new * LOG2E)[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             if SKIP:
@@ -419,7 +419,9 @@ def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, c
         if programs >= sect["fill"] * target or max_keys <= 0:
             num_splits = 1
         else:
-            num_splits = min(-(-target // max(programs, 1)),
+            # floor, not ceil: programs·splits must fit one wave of resident CTAs (the H200 sweep: B=64, N=16,
+            # L=4096 at 2 CTAs/SM gives 2952 GB/s with 4 splits = 256 CTAs, 2118 GB/s with 5 = 320 CTAs)
+            num_splits = min(max(1, target // max(programs, 1)),
                              max(1, -(-max_keys // sect["min_keys_per_split"])),
                              sect["max_splits"])
     num_splits = max(1, int(num_splits))

@@ -90,15 +90,29 @@ def _rint(v):
 
 
 @triton.jit
+def _store_q(q_ptr, rows64, stride_qm, cols, m2, v, FLAT: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_K: tl.constexpr):
+    """Store the integer-valued fp32 tile v as int8. FLAT (Ascend): flatten to 1-D before the fp32 → int8
+    conversion — bishengir 1.2 plans ~1.6 MiB of UB for a 2-D fp32 → int8 cast of a [1, 4096] tile."""
+    if FLAT:
+        offs = tl.reshape(rows64[:, None] * stride_qm + cols[None, :], [BLOCK_M * BLOCK_K])
+        tl.store(q_ptr + offs, tl.reshape(v, [BLOCK_M * BLOCK_K]).to(tl.int8),
+                 mask=tl.reshape(m2, [BLOCK_M * BLOCK_K]))
+    else:
+        tl.store(q_ptr + rows64[:, None] * stride_qm + cols[None, :], v.to(tl.int8), mask=m2)
+
+
+@triton.jit
 def _quantize_tile(y, scale):
-    """int8 q = clamp(rint(y / scale), −127, 127); 0 where scale == 0 (all-zero row) or the quotient is NaN."""
+    """fp32 q = clamp(rint(y / scale), −127, 127) (integer-valued); 0 where scale == 0 (all-zero row) or the
+    quotient is NaN."""
     safe = tl.where(scale > 0, scale, 1.0)
     y, safe = tl.broadcast(y, safe)  # div_rn does not broadcast on every triton version
     v = tl.math.div_rn(y, safe)
     v = tl.where(scale > 0, v, 0.0)
     v = tl.where(v == v, v, 0.0)  # NaN -> 0 (the row's scale already says NaN)
     v = tl.minimum(tl.maximum(v, -127.0), 127.0)
-    return _rint(v).to(tl.int8)
+    return _rint(v)
 
 
 @triton.jit
@@ -110,9 +124,9 @@ def _row_scale(amax, nan_count):
 
 @triton.jit(do_not_specialize=["M"])
 def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
-                          stride_xm, stride_xk, stride_qm,
+                          stride_xm, stride_qm,
                           HAS_SMOOTH: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                          SINGLE: tl.constexpr):
+                          SINGLE: tl.constexpr, FLAT_I8: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     n_blocks = tl.cdiv(M, BLOCK_M)
@@ -121,19 +135,18 @@ def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
         rmask = rows < M
         rows64 = rows.to(tl.int64)
         x_row = x_ptr + rows64[:, None] * stride_xm
-        q_row = q_ptr + rows64[:, None] * stride_qm
         if SINGLE:
             cols = tl.arange(0, BLOCK_K)
             cmask = cols < K
             m2 = rmask[:, None] & cmask[None, :]
-            y = tl.load(x_row + cols[None, :] * stride_xk, mask=m2, other=0.0).to(tl.float32)
+            y = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
             if HAS_SMOOTH:
                 y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
             amax = tl.max(tl.abs(y), axis=1)
             nan_count = tl.sum((y != y).to(tl.int32), axis=1)
             scale = _row_scale(amax, nan_count)
             q = _quantize_tile(y, scale[:, None])
-            tl.store(q_row + cols[None, :], q, mask=m2)
+            _store_q(q_ptr, rows64, stride_qm, cols, m2, q, FLAT_I8, BLOCK_M, BLOCK_K)
         else:
             amax = tl.zeros([BLOCK_M], dtype=tl.float32)
             nan_count = tl.zeros([BLOCK_M], dtype=tl.int32)
@@ -141,7 +154,7 @@ def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
                 cols = k0 + tl.arange(0, BLOCK_K)
                 cmask = cols < K
                 m2 = rmask[:, None] & cmask[None, :]
-                y = tl.load(x_row + cols[None, :] * stride_xk, mask=m2, other=0.0).to(tl.float32)
+                y = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
                 if HAS_SMOOTH:
                     y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
                 amax = tl.maximum(amax, tl.max(tl.abs(y), axis=1))
@@ -151,28 +164,29 @@ def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
                 cols = k0 + tl.arange(0, BLOCK_K)
                 cmask = cols < K
                 m2 = rmask[:, None] & cmask[None, :]
-                y = tl.load(x_row + cols[None, :] * stride_xk, mask=m2, other=0.0).to(tl.float32)
+                y = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
                 if HAS_SMOOTH:
                     y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
                 q = _quantize_tile(y, scale[:, None])
-                tl.store(q_row + cols[None, :], q, mask=m2)
+                _store_q(q_ptr, rows64, stride_qm, cols, m2, q, FLAT_I8, BLOCK_M, BLOCK_K)
         tl.store(scale_ptr + rows64, scale, mask=rmask)
 
 
 @triton.jit
-def _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES: tl.constexpr):
+def _rms_quant_row_tile(x_row, r_row, cols, m2, HAS_RES: tl.constexpr):
     """fp32 s = x (+ residual): the norm reads this unrounded sum (reference/quant.py)."""
-    h = tl.load(x_row + cols[None, :] * stride_xk, mask=m2, other=0.0).to(tl.float32)
+    h = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
     if HAS_RES:
-        h = h + tl.load(r_row + cols[None, :] * stride_rk, mask=m2, other=0.0).to(tl.float32)
+        h = h + tl.load(r_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
     return h
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
 def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_ptr, res_out_ptr, M, K,
-                           stride_xm, stride_xk, stride_rm, stride_rk, stride_qm, stride_om, eps,
+                           stride_xm, stride_rm, stride_qm, stride_om, eps,
                            HAS_RES: tl.constexpr, HAS_SMOOTH: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SINGLE: tl.constexpr):
+                           BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SINGLE: tl.constexpr,
+                           FLAT_I8: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     n_blocks = tl.cdiv(M, BLOCK_M)
@@ -183,12 +197,11 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
         x_row = x_ptr + rows64[:, None] * stride_xm
         r_row = res_ptr + rows64[:, None] * stride_rm
         o_row = res_out_ptr + rows64[:, None] * stride_om
-        q_row = q_ptr + rows64[:, None] * stride_qm
         if SINGLE:
             cols = tl.arange(0, BLOCK_K)
             cmask = cols < K
             m2 = rmask[:, None] & cmask[None, :]
-            h = _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES)
+            h = _rms_quant_row_tile(x_row, r_row, cols, m2, HAS_RES)
             tl.store(o_row + cols[None, :], h.to(res_out_ptr.dtype.element_ty), mask=m2)
             ms = tl.math.div_rn(tl.sum(h * h, axis=1), tl.full([BLOCK_M], K, tl.float32))
             rms = tl.math.sqrt_rn(ms + eps)
@@ -201,13 +214,13 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
             nan_count = tl.sum((y != y).to(tl.int32), axis=1)
             scale = _row_scale(amax, nan_count)
             q = _quantize_tile(y, scale[:, None])
-            tl.store(q_row + cols[None, :], q, mask=m2)
+            _store_q(q_ptr, rows64, stride_qm, cols, m2, q, FLAT_I8, BLOCK_M, BLOCK_K)
         else:
             ss = tl.zeros([BLOCK_M], dtype=tl.float32)
             for k0 in range(0, K, BLOCK_K):
                 cols = k0 + tl.arange(0, BLOCK_K)
                 m2 = rmask[:, None] & (cols < K)[None, :]
-                h = _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES)
+                h = _rms_quant_row_tile(x_row, r_row, cols, m2, HAS_RES)
                 tl.store(o_row + cols[None, :], h.to(res_out_ptr.dtype.element_ty), mask=m2)
                 ss += tl.sum(h * h, axis=1)
             rms = tl.math.sqrt_rn(tl.math.div_rn(ss, tl.full([BLOCK_M], K, tl.float32)) + eps)
@@ -217,7 +230,7 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
                 cols = k0 + tl.arange(0, BLOCK_K)
                 cmask = cols < K
                 m2 = rmask[:, None] & cmask[None, :]
-                h = _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES)
+                h = _rms_quant_row_tile(x_row, r_row, cols, m2, HAS_RES)
                 g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
                 y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g[None, :]
                 if HAS_SMOOTH:
@@ -230,30 +243,33 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
                 cols = k0 + tl.arange(0, BLOCK_K)
                 cmask = cols < K
                 m2 = rmask[:, None] & cmask[None, :]
-                h = _rms_quant_row_tile(x_row, r_row, cols, m2, stride_xk, stride_rk, HAS_RES)
+                h = _rms_quant_row_tile(x_row, r_row, cols, m2, HAS_RES)
                 g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
                 y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g[None, :]
                 if HAS_SMOOTH:
                     y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
                 q = _quantize_tile(y, scale[:, None])
-                tl.store(q_row + cols[None, :], q, mask=m2)
+                _store_q(q_ptr, rows64, stride_qm, cols, m2, q, FLAT_I8, BLOCK_M, BLOCK_K)
         tl.store(scale_ptr + rows64, scale, mask=rmask)
 
 
-def _row_launch(op: str, M: int, K: int, device: torch.device) -> tuple[int, int, bool, int, int]:
-    """(BLOCK_M, BLOCK_K, SINGLE, grid, num_warps) for a row-wise quant kernel."""
+def _row_launch(op: str, M: int, K: int, device: torch.device) -> tuple[int, int, bool, int, int, bool]:
+    """(BLOCK_M, BLOCK_K, SINGLE, grid, num_warps, FLAT_I8) for a row-wise quant kernel."""
     cfg = _config(op, device)
     kp = triton.next_power_of_2(max(K, 1))
     block_k = min(kp, int(cfg["max_block_k"]))
     single = kp <= int(cfg["max_block_k"])
     block_m = max(1, min(int(cfg["tile_elems"]) // block_k, triton.next_power_of_2(max(M, 1)), 64))
     n_blocks = triton.cdiv(M, block_m)
-    return block_m, block_k, single, _grid(n_blocks, int(cfg["grid_cap"])), int(cfg["num_warps"])
+    return (block_m, block_k, single, _grid(n_blocks, int(cfg["grid_cap"])), int(cfg["num_warps"]),
+            bool(cfg.get("flat_int8_store", False)))
 
 
 def _flatten_rows(x: torch.Tensor) -> torch.Tensor:
-    K = x.shape[-1]
-    return x.reshape(-1, K)
+    """[..., K] → [rows, K] with a unit last stride (the kernels address columns as ``row + k``: a
+    runtime inner stride makes triton-ascend fall back to gathers)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    return x2 if x2.stride(1) == 1 or x2.shape[1] == 1 else x2.contiguous()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -286,11 +302,11 @@ def dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = None)
     M = x2.shape[0]
     if M == 0 or K == 0:
         return q, scale.zero_()
-    block_m, block_k, single, grid, warps = _row_launch("dynamic_quant", M, K, x.device)
+    block_m, block_k, single, grid, warps, flat = _row_launch("dynamic_quant", M, K, x.device)
     s = smooth_scales if smooth_scales is not None else x2
-    _dynamic_quant_kernel[(grid,)](x2, s, q, scale, M, K, x2.stride(0), x2.stride(1), K,
+    _dynamic_quant_kernel[(grid,)](x2, s, q, scale, M, K, x2.stride(0), K,
                                    HAS_SMOOTH=smooth_scales is not None, BLOCK_M=block_m, BLOCK_K=block_k,
-                                   SINGLE=single, num_warps=warps)
+                                   SINGLE=single, FLAT_I8=flat, num_warps=warps)
     return q, scale
 
 
@@ -324,12 +340,13 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
     if M == 0:
         return q, scale, res_out
     r2 = _flatten_rows(residual) if residual is not None else x2
-    block_m, block_k, single, grid, warps = _row_launch("rms_norm_dynamic_quant", M, K, x.device)
+    block_m, block_k, single, grid, warps, flat = _row_launch("rms_norm_dynamic_quant", M, K, x.device)
     s = smooth_scales if smooth_scales is not None else gamma
     _rms_norm_quant_kernel[(grid,)](x2, r2, gamma, s, q, scale, res_out, M, K,
-                                    x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), K, K, float(epsilon),
+                                    x2.stride(0), r2.stride(0), K, K, float(epsilon),
                                     HAS_RES=residual is not None, HAS_SMOOTH=smooth_scales is not None,
-                                    BLOCK_M=block_m, BLOCK_K=block_k, SINGLE=single, num_warps=warps)
+                                    BLOCK_M=block_m, BLOCK_K=block_k, SINGLE=single, FLAT_I8=flat,
+                                    num_warps=warps)
     return q, scale, res_out
 
 
@@ -340,12 +357,18 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
 def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr,
                 M, N, K, K_PER_SPLIT, SPLIT_K,
-                stride_xm, stride_xk, stride_wk, stride_wn, stride_om,
-                PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                stride_xm, stride_wk, stride_wn, stride_om,
+                W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                GROUP_M: tl.constexpr):
     """One work item = (split, BLOCK_M × BLOCK_N output tile). PARTIALS False (SPLIT_K == 1): fused fp32
     epilogue; True: int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel. SPLIT_K is a
-    runtime value so the split choice does not multiply compilations."""
+    runtime value so the split choice does not multiply compilations.
+
+    x is read with a unit K stride. W_LAYOUT: 0 = K-major weight (stride_wk == 1, CUDA's packed layout),
+    1 = row-major (stride_wn == 1, Ascend's ND layout), 2 = any strides. WRAP (CUDA): rows/columns past
+    M/N wrap around (``% M``, never stored) instead of masking the loads; Ascend masks (its pointer
+    analysis needs affine offsets)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -359,34 +382,56 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr,
         gsize = tl.minimum(num_pid_m - first_m, GROUP_M)
         pid_m = first_m + (tile % group) % gsize
         pid_n = (tile % group) // gsize
-        rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # wrap instead of masking: rows ≥ M never stored
-        rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        om = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        on = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mmask = om < M
+        nmask = on < N
+        if WRAP:
+            rm = om % M
+            rn = on % N
+        else:
+            rm = om
+            rn = on
         k_start = split * K_PER_SPLIT
         rk = tl.arange(0, BLOCK_K)
-        a_ptrs = x_ptr + (rm.to(tl.int64)[:, None] * stride_xm + (k_start + rk).to(tl.int64)[None, :] * stride_xk)
-        b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn.to(tl.int64)[None, :] * stride_wn)
+        a_ptrs = x_ptr + (rm.to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :])
+        if W_LAYOUT == 0:
+            b_ptrs = w_ptr + ((k_start + rk)[:, None] + rn.to(tl.int64)[None, :] * stride_wn)
+        elif W_LAYOUT == 1:
+            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn[None, :])
+        else:
+            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn.to(tl.int64)[None, :] * stride_wn)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
         k_len = tl.minimum(K - k_start, K_PER_SPLIT)
         for k in range(0, k_len, BLOCK_K):
             if EVEN_K:
-                a = tl.load(a_ptrs)
-                b = tl.load(b_ptrs)
+                if WRAP:
+                    a = tl.load(a_ptrs)
+                    b = tl.load(b_ptrs)
+                else:
+                    a = tl.load(a_ptrs, mask=mmask[:, None], other=0)
+                    b = tl.load(b_ptrs, mask=nmask[None, :], other=0)
             else:
                 kmask = (k + rk) < k_len
-                a = tl.load(a_ptrs, mask=kmask[None, :], other=0)
-                b = tl.load(b_ptrs, mask=kmask[:, None], other=0)
+                if WRAP:
+                    a = tl.load(a_ptrs, mask=kmask[None, :], other=0)
+                    b = tl.load(b_ptrs, mask=kmask[:, None], other=0)
+                else:
+                    a = tl.load(a_ptrs, mask=mmask[:, None] & kmask[None, :], other=0)
+                    b = tl.load(b_ptrs, mask=kmask[:, None] & nmask[None, :], other=0)
             acc = tl.dot(a, b, acc, out_dtype=tl.int32)
-            a_ptrs += BLOCK_K * stride_xk
-            b_ptrs += BLOCK_K * stride_wk
-        om = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        on = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        omask = (om < M)[:, None] & (on < N)[None, :]
+            a_ptrs += BLOCK_K
+            if W_LAYOUT == 0:
+                b_ptrs += BLOCK_K
+            else:
+                b_ptrs += BLOCK_K * stride_wk
+        omask = mmask[:, None] & nmask[None, :]
         if not PARTIALS:
-            ws = tl.load(ws_ptr + rn).to(tl.float32)
-            xs = tl.load(xs_ptr + rm).to(tl.float32)
+            ws = tl.load(ws_ptr + on, mask=nmask, other=0.0).to(tl.float32)
+            xs = tl.load(xs_ptr + om, mask=mmask, other=0.0).to(tl.float32)
             o = acc.to(tl.float32) * ws[None, :] * xs[:, None]
             if HAS_BIAS:
-                o = o + tl.load(bias_ptr + rn).to(tl.float32)[None, :]
+                o = o + tl.load(bias_ptr + on, mask=nmask, other=0.0).to(tl.float32)[None, :]
             tl.store(out_ptr + om.to(tl.int64)[:, None] * stride_om + on[None, :], o.to(out_ptr.dtype.element_ty),
                      mask=omask)
         else:
@@ -506,14 +551,23 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     grid = _grid(tiles * sk, int(cfg.get("grid_cap", 0)))
     has_bias = bias is not None
     bias_arg = bias if has_bias else weight_scale
+    if x_int8.stride(1) != 1 and K > 1:
+        x_int8 = x_int8.contiguous()  # activations are small; the weight is never copied
+    if weight_int8.stride(0) == 1 or K == 1:
+        w_layout = 0
+    elif weight_int8.stride(1) == 1 or N == 1:
+        w_layout = 1
+    else:
+        w_layout = 2
     part = torch.empty((sk, M, N), dtype=torch.int32, device=dev) if sk > 1 else out
     launch = dict(num_warps=int(plan["num_warps"]))
     if dev.type == "cuda":
         launch["num_stages"] = int(plan["num_stages"])
     _qmm_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part,
                          M, N, K, k_per, sk,
-                         x_int8.stride(0), x_int8.stride(1), weight_int8.stride(0), weight_int8.stride(1), out.stride(0),
-                         PARTIALS=sk > 1, HAS_BIAS=has_bias, EVEN_K=(K % bk == 0),
+                         x_int8.stride(0), weight_int8.stride(0), weight_int8.stride(1), out.stride(0),
+                         W_LAYOUT=w_layout, WRAP=bool(cfg.get("wrap", False)), PARTIALS=sk > 1, HAS_BIAS=has_bias,
+                         EVEN_K=(K % bk == 0),
                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), **launch)
     if sk > 1:
         e = cfg["epilogue"]
@@ -545,19 +599,20 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                 for dt in ("*bf16", "*fp16"):
                     if op == "dynamic_quant":
                         sig = {"x_ptr": dt, "smooth_ptr": "*fp32", "q_ptr": "*i8", "scale_ptr": "*fp32", "M": "i32",
-                               "K": "i32", "stride_xm": "i32", "stride_xk": "i32", "stride_qm": "i32",
+                               "K": "i32", "stride_xm": "i32", "stride_qm": "i32",
                                "HAS_SMOOTH": "constexpr", "BLOCK_M": "constexpr", "BLOCK_K": "constexpr",
-                               "SINGLE": "constexpr"}
-                        ce = dict(HAS_SMOOTH=smooth, BLOCK_M=block_m, BLOCK_K=block_k, SINGLE=single)
+                               "SINGLE": "constexpr", "FLAT_I8": "constexpr"}
+                        ce = dict(HAS_SMOOTH=smooth, BLOCK_M=block_m, BLOCK_K=block_k, SINGLE=single,
+                                  FLAT_I8=bool(c.get("flat_int8_store", False)))
                     else:
                         sig = {"x_ptr": dt, "res_ptr": dt, "gamma_ptr": dt, "smooth_ptr": "*fp32", "q_ptr": "*i8",
                                "scale_ptr": "*fp32", "res_out_ptr": dt, "M": "i32", "K": "i32", "stride_xm": "i32",
-                               "stride_xk": "i32", "stride_rm": "i32", "stride_rk": "i32", "stride_qm": "i32",
+                               "stride_rm": "i32", "stride_qm": "i32",
                                "stride_om": "i32", "eps": "fp32", "HAS_RES": "constexpr", "HAS_SMOOTH": "constexpr",
                                "BLOCK_M": "constexpr", "BLOCK_K": "constexpr",
-                               "SINGLE": "constexpr"}
+                               "SINGLE": "constexpr", "FLAT_I8": "constexpr"}
                         ce = dict(HAS_RES=True, HAS_SMOOTH=smooth, BLOCK_M=block_m,
-                                  BLOCK_K=block_k, SINGLE=single)
+                                  BLOCK_K=block_k, SINGLE=single, FLAT_I8=bool(c.get("flat_int8_store", False)))
                     name = f"{op}_{'single' if single else 'chunked'}_bm{block_m}_bk{block_k}_{'smooth' if smooth else 'plain'}_{dt[1:]}"
                     cases.append(dict(name=name, fn=fn, signature=sig, constexprs=ce, num_warps=int(c["num_warps"])))
     q = cfgs["quant_matmul"]
@@ -567,11 +622,14 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                 for out in ("*bf16", "*fp16"):
                     sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
                            "out_ptr": out, "part_ptr": "*i32" if partials else out, "M": "i32", "N": "i32", "K": "i32",
-                           "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32", "stride_xk": "i32",
-                           "stride_wk": "i32", "stride_wn": "i32", "stride_om": "i32", "PARTIALS": "constexpr",
+                           "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
+                           "stride_wk": "i32", "stride_wn": "i32", "stride_om": "i32", "W_LAYOUT": "constexpr",
+                           "WRAP": "constexpr", "PARTIALS": "constexpr",
                            "HAS_BIAS": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr",
                            "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
-                    ce = dict(PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
+                    # the layout pack_weight produces for this backend: ND row-major on Ascend, K-major on CUDA
+                    ce = dict(W_LAYOUT=1 if table == "ascend" else 0, WRAP=bool(q.get("wrap", False)),
+                              PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]))
                     tag = "splitk" if partials else "fused"
                     cases.append(dict(name=f"quant_matmul_m{b['max_m']}_{tag}_{'even' if even else 'tail'}_{out[1:]}",

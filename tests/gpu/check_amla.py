@@ -5,7 +5,9 @@
 bf16 and fp16 × N ∈ {8,16,32,64,128} × S_q ∈ {1,2,4} (causal) × block_size ∈ {16,64,128}, each a batch
 whose seq_lens run from 0 to 32K mixed, random page order, NaN in every unused slot and page, unused
 block_table entries −1 or a huge id, NaN-poisoned outputs and split partials; against the fp32
-reference (reference/amla.py) with DESIGN's tolerances (tests/tolerances.py). Plus cases A1–A7
+reference (reference/amla.py) with DESIGN's tolerances (tests/tolerances.py): out against the fp32
+reference, lse against an fp64 logsumexp ("fp64 where cheap"; the fp32 reference is itself up to ~7e-6
+off at 32K keys); the lse difference to the fp32 reference is printed too. Plus cases A1–A7
 (cases.md), the multiply rescale, forced single split, determinism, CUDA-graph capture with new
 seq_lens on replay, torch.compile(fullgraph=True) through torch.ops.ds.amla, and a seeded random sweep.
 Prints a summary; exits non-zero on any failure. --smoke: tiny fp16 shapes on CPU (TRITON_INTERPRET=1).
@@ -59,37 +61,40 @@ class Results:
             log("".join(traceback.format_exception(e)[-3:]))
 
 
-def compare(args, causal=True, tol="bf16", **kw):
-    out, lse = tri.amla_variant(*args, SCALE, causal, **kw)
-    r_out, r_lse = ref.amla(*args, SCALE, causal)
-    kind = "fp16" if args[0].dtype == torch.float16 else "bf16"
-    assert_close(out, r_out, kind)
-    assert_close(lse, r_lse, "lse", name="lse")
-    f = torch.isfinite(r_lse)
-    lse_err = (lse[f] - r_lse[f]).abs().max().item() if f.any() else 0.0
-    return out, lse, f"cos_diff={cos_diff(out.float(), r_out.float()):.2e} lse_err={lse_err:.1e}"
-
-
-def fp64_lse_report(args, causal=True):
-    """max |lse − lse_fp64| of the kernel and of the fp32 reference (diagnostic: the tolerance is 1e-5)."""
+def lse_fp64(args, causal=True):
+    """lse [B, S_q, N] in fp64 (the inputs' exact values): DESIGN's "fp64 where cheap" reference for lse,
+    whose 1e-5 abs tolerance is within reach of the fp32 reference's own error at 32K keys (run 2 measured the
+    fp32 reference up to 7.4e-6 off the fp64 value)."""
     q_nope, q_rope, kv, kr, bt, sl = args
-    out, lse = tri.amla_variant(*args, SCALE, causal)
-    _, r_lse = ref.amla(*args, SCALE, causal)
-    e_k, e_r = 0.0, 0.0
-    S_q = q_nope.shape[1]
+    B, S_q, N, _ = q_nope.shape
+    out = torch.full((B, S_q, N), float("-inf"), dtype=torch.float64, device=q_nope.device)
     for b, L in enumerate(sl.tolist()):
-        if L == 0:
+        if L <= 0:
             continue
         c, k = ref._gather_request(kv, kr, bt, b, L)
         q = torch.cat([q_nope[b], q_rope[b]], -1).double()
         s = SCALE * torch.einsum("snd,ld->snl", q, torch.cat([c, k], -1).double())
         vis = ref._visible(L, S_q, causal, s.device)[:, None, :]
-        t = torch.logsumexp(s.masked_fill(~vis, float("-inf")), -1)
-        f = torch.isfinite(t)
-        e_k = max(e_k, (lse[b].double() - t)[f].abs().max().item())
-        e_r = max(e_r, (r_lse[b].double() - t)[f].abs().max().item())
-    compare(args, causal)
-    return f"max|lse−fp64|: kernel {e_k:.2e}, fp32 reference {e_r:.2e}"
+        out[b] = torch.logsumexp(s.masked_fill(~vis, float("-inf")), -1)
+    return out
+
+
+def compare(args, causal=True, **kw):
+    """out against the fp32 reference (cosine difference ≤ 1e-5, max err ≤ 2e-2·max), lse against fp64 (1e-5
+    abs); the lse difference to the fp32 reference is reported too."""
+    out, lse = tri.amla_variant(*args, SCALE, causal, **kw)
+    r_out, r_lse = ref.amla(*args, SCALE, causal)
+    e_lse = lse_fp64(args, causal)
+    kind = "fp16" if args[0].dtype == torch.float16 else "bf16"
+    assert_close(out, r_out, kind)
+    assert_close(lse, e_lse, "lse", name="lse (vs fp64)")
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(r_lse))
+    f = torch.isfinite(r_lse)
+    err32 = (lse[f] - r_lse[f]).abs().max().item() if f.any() else 0.0
+    err64 = (lse[f].double() - e_lse[f]).abs().max().item() if f.any() else 0.0
+    ref64 = (r_lse[f].double() - e_lse[f]).abs().max().item() if f.any() else 0.0
+    return out, lse, (f"cos_diff={cos_diff(out.float(), r_out.float()):.2e} lse: vs fp64 {err64:.1e} "
+                      f"(fp32 ref vs fp64 {ref64:.1e}), vs fp32 ref {err32:.1e}")
 
 
 def mixed_lens(B, rng, Lmax):
@@ -173,8 +178,6 @@ def main():
                         res.run(name + " amla 1-split", lambda: compare(args, num_splits=1)[2])
                         res.run(name + " multiply", lambda: compare(args, rescale="multiply")[2])
                         res.run(name + " amla-CANN", lambda: compare(args, **CANN)[2])
-                        if N in (16, 128) and S_q != 4 and dt == torch.bfloat16:
-                            res.run(name + " lse vs fp64", lambda: fp64_lse_report(args))
     log(f"matrix done at {time.time() - t_start:.0f}s")
 
     dt = dtypes[0]
@@ -292,9 +295,9 @@ def main():
             static[5].copy_(torch.tensor([17, 100, 0, 31000], dtype=torch.int32, device=dev))
             g.replay()
             torch.cuda.synchronize()
-            r_out, r_lse = ref.amla(*static, SCALE, True)
+            r_out, _ = ref.amla(*static, SCALE, True)
             assert_close(out, r_out, "bf16" if dt == torch.bfloat16 else "fp16")
-            assert_close(lse, r_lse, "lse", name="lse")
+            assert_close(lse, lse_fp64(static), "lse", name="lse (vs fp64)")
             return "replayed with different seq_lens"
         res.run("CUDA-graph capture + replay", graph)
 
@@ -310,9 +313,9 @@ def main():
             with ops.backend("triton"):
                 cf = torch.compile(f, fullgraph=True)
                 out, lse = cf(*args)
-            r_out, r_lse = ref.amla(*args, SCALE, True)
+            r_out, _ = ref.amla(*args, SCALE, True)
             assert_close(out, r_out, "bf16" if dt == torch.bfloat16 else "fp16")
-            assert_close(lse, r_lse, "lse", name="lse")
+            assert_close(lse, lse_fp64(args), "lse", name="lse (vs fp64)")
             return "torch.ops.ds.amla under torch.compile(fullgraph=True), triton backend"
         res.run("torch.compile fullgraph", compiled)
 
