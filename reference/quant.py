@@ -45,7 +45,8 @@ def quantize_rows(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
       scale zeroes the row, and dequantising q·scale then gives NaN, flagging the bad row.
     """
     amax = y.abs().amax(dim=-1, keepdim=True)          # NaN propagates
-    scale = amax / QMAX
+    # divide by a tensor: CUDA turns `tensor / python_float` into a multiply by the reciprocal (1 ulp off)
+    scale = amax / torch.full_like(amax, QMAX)
     t = y / torch.where(scale == 0, torch.ones_like(scale), scale)
     t = torch.where(torch.isnan(t), torch.zeros_like(t), t)
     q = torch.round(t).clamp_(-QMAX, QMAX).to(torch.int8)
