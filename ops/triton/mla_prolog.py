@@ -124,13 +124,21 @@ def _dot(a, b, acc, INT8: tl.constexpr, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _rms_norm(x, mask, gamma, H, eps):
-    """x / sqrt(mean(x²) + eps) · gamma in fp32 (division, not rsqrt-multiply); x is a [BLOCK] row."""
+def _rms_norm(x, mask, gamma, H, eps, ASCEND: tl.constexpr):
+    """x / sqrt(mean(x²) + eps) · gamma in fp32 (division, not rsqrt-multiply); x is a [BLOCK] row.
+    ASCEND: the mean and sqrt are taken on the sum broadcast to the row (same IEEE ops per element):
+    triton-adapter 3.2 aborts on a scalar ``div_rn`` / ``sqrt_rn`` (TypeRange with null types)."""
     x = tl.where(mask, x, 0.0)
     ss = tl.sum(x * x, axis=0)
-    ms = tl.math.div_rn(ss, tl.full(ss.shape, H, tl.float32))
-    r = tl.math.sqrt_rn(ms + eps)
-    return tl.math.div_rn(x, tl.zeros_like(x) + r) * gamma
+    if ASCEND:
+        ssv = tl.zeros_like(x) + ss
+        ms = tl.math.div_rn(ssv, tl.zeros_like(x) + H)
+        r = tl.math.sqrt_rn(ms + eps)
+        return tl.math.div_rn(x, r) * gamma
+    else:
+        ms = tl.math.div_rn(ss, tl.full(ss.shape, H, tl.float32))
+        r = tl.math.sqrt_rn(ms + eps)
+        return tl.math.div_rn(x, tl.zeros_like(x) + r) * gamma
 
 
 # ==============================================================================================
@@ -140,9 +148,12 @@ def _rms_norm(x, mask, gamma, H, eps):
 def _down_kernel(x_ptr, wdq_ptr, wkv_ptr, ws_ptr, T, He, Hcq, Ckv, K_PER_SPLIT, SPLIT_K,
                  s_xt, s_xk, s_dq_k, s_dq_n, s_kv_k, s_kv_n,
                  INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ASCEND: tl.constexpr):
     """ws[split, t, c] = Σ_{k in split} x[t, k] · W[k, c] with W = [W_DQ ‖ W_DKV_KR] (c < Hcq: W_DQ).
-    Work item = (split, column tile, token tile), token tile fastest (weight tile reuse in L2)."""
+    Work item = (split, column tile, token tile), token tile fastest (weight tile reuse in L2).
+    ASCEND: each weight is read in its own branch (triton-adapter cannot follow a pointer chosen at run
+    time) and rows / columns past T / the weight's width are masked, not wrapped (its pointer analysis
+    needs affine offsets); the launcher passes unit inner strides (s_xk = s_dq_n = s_kv_n = 1)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     CT = Hcq + Ckv
@@ -153,47 +164,89 @@ def _down_kernel(x_ptr, wdq_ptr, wkv_ptr, ws_ptr, T, He, Hcq, Ckv, K_PER_SPLIT, 
         mt = item % m_tiles
         nt = (item // m_tiles) % n_tiles
         split = item // (m_tiles * n_tiles)
-        if nt < nt_dq:
-            w_ptr = wdq_ptr
-            s_wk = s_dq_k
-            s_wn = s_dq_n
-            c0 = nt * BLOCK_N
-            n_lim = Hcq
-            out0 = 0
-        else:
-            w_ptr = wkv_ptr
-            s_wk = s_kv_k
-            s_wn = s_kv_n
-            c0 = (nt - nt_dq) * BLOCK_N
-            n_lim = Ckv
-            out0 = Hcq
-        rm = (mt * BLOCK_M + tl.arange(0, BLOCK_M)) % T       # wrap: rows ≥ T are never stored
-        rn = (c0 + tl.arange(0, BLOCK_N)) % n_lim
-        rk = tl.arange(0, BLOCK_K)
-        k_start = split * K_PER_SPLIT
-        a_ptrs = x_ptr + (rm.to(tl.int64)[:, None] * s_xt + (k_start + rk).to(tl.int64)[None, :] * s_xk)
-        b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * s_wk + rn.to(tl.int64)[None, :] * s_wn)
-        if INT8:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-        else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        k_len = tl.minimum(He - k_start, K_PER_SPLIT)
-        for k in range(0, k_len, BLOCK_K):
-            if EVEN_K:
-                a = tl.load(a_ptrs)
-                b = tl.load(b_ptrs)
+        if ASCEND:
+            if nt < nt_dq:
+                _down_tile_masked(x_ptr, wdq_ptr, ws_ptr, mt, split, nt * BLOCK_N, Hcq, 0, T, He, CT, K_PER_SPLIT,
+                                  s_xt, s_xk, s_dq_k, s_dq_n, INT8, IEEE, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
             else:
-                km = (k + rk) < k_len
-                a = tl.load(a_ptrs, mask=km[None, :], other=0)
-                b = tl.load(b_ptrs, mask=km[:, None], other=0)
-            acc = _dot(a, b, acc, INT8, IEEE)
-            a_ptrs += BLOCK_K * s_xk
-            b_ptrs += BLOCK_K * s_wk
-        om = mt * BLOCK_M + tl.arange(0, BLOCK_M)
-        on = c0 + tl.arange(0, BLOCK_N)
-        omask = (om < T)[:, None] & (on < n_lim)[None, :]
-        p = ws_ptr + (tl.full([], split, tl.int64) * T + om.to(tl.int64)[:, None]) * CT + (out0 + on)[None, :]
-        tl.store(p, acc, mask=omask)
+                _down_tile_masked(x_ptr, wkv_ptr, ws_ptr, mt, split, (nt - nt_dq) * BLOCK_N, Ckv, Hcq, T, He, CT,
+                                  K_PER_SPLIT, s_xt, s_xk, s_kv_k, s_kv_n, INT8, IEEE, EVEN_K, BLOCK_M, BLOCK_N,
+                                  BLOCK_K)
+        else:
+            if nt < nt_dq:
+                w_ptr = wdq_ptr
+                s_wk = s_dq_k
+                s_wn = s_dq_n
+                c0 = nt * BLOCK_N
+                n_lim = Hcq
+                out0 = 0
+            else:
+                w_ptr = wkv_ptr
+                s_wk = s_kv_k
+                s_wn = s_kv_n
+                c0 = (nt - nt_dq) * BLOCK_N
+                n_lim = Ckv
+                out0 = Hcq
+            rm = (mt * BLOCK_M + tl.arange(0, BLOCK_M)) % T       # wrap: rows ≥ T are never stored
+            rn = (c0 + tl.arange(0, BLOCK_N)) % n_lim
+            rk = tl.arange(0, BLOCK_K)
+            k_start = split * K_PER_SPLIT
+            a_ptrs = x_ptr + (rm.to(tl.int64)[:, None] * s_xt + (k_start + rk).to(tl.int64)[None, :] * s_xk)
+            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * s_wk + rn.to(tl.int64)[None, :] * s_wn)
+            if INT8:
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+            else:
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            k_len = tl.minimum(He - k_start, K_PER_SPLIT)
+            for k in range(0, k_len, BLOCK_K):
+                if EVEN_K:
+                    a = tl.load(a_ptrs)
+                    b = tl.load(b_ptrs)
+                else:
+                    km = (k + rk) < k_len
+                    a = tl.load(a_ptrs, mask=km[None, :], other=0)
+                    b = tl.load(b_ptrs, mask=km[:, None], other=0)
+                acc = _dot(a, b, acc, INT8, IEEE)
+                a_ptrs += BLOCK_K * s_xk
+                b_ptrs += BLOCK_K * s_wk
+            om = mt * BLOCK_M + tl.arange(0, BLOCK_M)
+            on = c0 + tl.arange(0, BLOCK_N)
+            omask = (om < T)[:, None] & (on < n_lim)[None, :]
+            p = ws_ptr + (tl.full([], split, tl.int64) * T + om.to(tl.int64)[:, None]) * CT + (out0 + on)[None, :]
+            tl.store(p, acc, mask=omask)
+
+
+@triton.jit
+def _down_tile_masked(x_ptr, w_ptr, ws_ptr, mt, split, c0, n_lim, out0, T, He, CT, K_PER_SPLIT,
+                      s_xt, s_xk, s_wk, s_wn, INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One (split, column tile, token tile) item of :func:`_down_kernel` on Ascend: masked, one weight."""
+    om = mt * BLOCK_M + tl.arange(0, BLOCK_M)
+    on = c0 + tl.arange(0, BLOCK_N)
+    m_m = om < T
+    n_m = on < n_lim
+    rk = tl.arange(0, BLOCK_K)
+    k_start = split * K_PER_SPLIT
+    a_ptrs = x_ptr + (om.to(tl.int64)[:, None] * s_xt + (k_start + rk)[None, :] * s_xk)
+    b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * s_wk + on[None, :] * s_wn)
+    if INT8:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k_len = tl.minimum(He - k_start, K_PER_SPLIT)
+    for k in range(0, k_len, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=m_m[:, None], other=0)
+            b = tl.load(b_ptrs, mask=n_m[None, :], other=0)
+        else:
+            km = (k + rk) < k_len
+            a = tl.load(a_ptrs, mask=m_m[:, None] & km[None, :], other=0)
+            b = tl.load(b_ptrs, mask=km[:, None] & n_m[None, :], other=0)
+        acc = _dot(a, b, acc, INT8, IEEE)
+        a_ptrs += BLOCK_K * s_xk
+        b_ptrs += BLOCK_K * s_wk
+    p = ws_ptr + (tl.full([], split, tl.int64) * T + om.to(tl.int64)[:, None]) * CT + (out0 + on)[None, :]
+    tl.store(p, acc, mask=m_m[:, None] & n_m[None, :])
 
 
 # ==============================================================================================
@@ -229,7 +282,7 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
                 eps_cq, eps_ckv,
                 SPLIT_K: tl.constexpr, INT8: tl.constexpr, QUANT_CQ: tl.constexpr, HAS_SMOOTH: tl.constexpr,
                 KV_INT8: tl.constexpr, KR_INT8: tl.constexpr,
-                BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_R: tl.constexpr):
+                BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_R: tl.constexpr, ASCEND: tl.constexpr):
     """One token per iteration. Every global load of the iteration is issued first (partials of all
     splits, scales, sin/cos, the slot id) so the kernel costs about one memory round trip per token."""
     pid = tl.program_id(0)
@@ -277,25 +330,34 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
         slot = tl.load(idx_ptr + tq * s_idx)
         # ---- cq → cqn (dt) or (int8, per-token scale) ----
         cq = _dequant_round(acc_q, wsc_q, xs, dt, INT8)
-        y = _rms_norm(cq, cq_m, g_q, Hcq, eps_cq)
+        y = _rms_norm(cq, cq_m, g_q, Hcq, eps_cq, ASCEND)
         if QUANT_CQ:
             if HAS_SMOOTH:
                 y = y * sm
             y = tl.where(cq_m, y, 0.0)
             amax = tl.max(tl.abs(y), axis=0)
             nan_count = tl.sum((y != y).to(tl.int32), axis=0)
-            scale = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
-            scale = tl.where(nan_count > 0, float("nan"), scale)
-            safe = tl.where(scale > 0, scale, 1.0)
-            v = tl.math.div_rn(y, tl.zeros_like(y) + safe)
-            v = tl.where(scale > 0, v, 0.0)
-            tl.store(cqn_ptr + tq * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
-            tl.store(cqs_ptr + tq, scale)
+            if ASCEND:  # the scale broadcast to the row: no scalar div_rn (see _rms_norm)
+                scale = tl.math.div_rn(tl.zeros_like(y) + amax, tl.zeros_like(y) + 127.0)
+                scale = tl.where((tl.zeros_like(cq_c) + nan_count) > 0, float("nan"), scale)
+                safe = tl.where(scale > 0, scale, 1.0)
+                v = tl.math.div_rn(y, safe)
+                v = tl.where(scale > 0, v, 0.0)
+                tl.store(cqn_ptr + tq * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
+                tl.store(cqs_ptr + tq + cq_c, scale, mask=cq_c < 1)
+            else:
+                scale = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
+                scale = tl.where(nan_count > 0, float("nan"), scale)
+                safe = tl.where(scale > 0, scale, 1.0)
+                v = tl.math.div_rn(y, tl.zeros_like(y) + safe)
+                v = tl.where(scale > 0, v, 0.0)
+                tl.store(cqn_ptr + tq * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
+                tl.store(cqs_ptr + tq, scale)
         else:
             tl.store(cqn_ptr + tq * s_cqn + cq_c, y.to(cqn_ptr.dtype.element_ty), mask=cq_m)
         # ---- ckv → kv, kr → k_rope (e = kr[0::2], o = kr[1::2]) ----
         ckv = _dequant_round(acc_kv, wsc_kv, xs, dt, INT8)
-        kv = _rms_norm(ckv, kv_m, g_kv, Hckv, eps_ckv)
+        kv = _rms_norm(ckv, kv_m, g_kv, Hckv, eps_ckv, ASCEND)
         e = _dequant_round(acc_e, wsc_e, xs, dt, INT8)
         o = _dequant_round(acc_o, wsc_o, xs, dt, INT8)
         r_lo = e * c_lo + (-o) * s_lo
@@ -346,9 +408,12 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
                   s_qt, s_qh, s_qrt, s_qrh,
                   INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-                  BLOCK_C: tl.constexpr):
+                  BLOCK_C: tl.constexpr, ASCEND: tl.constexpr):
     """Work item = (head h, token tile), token tile fastest (the head's weights are shared in L2).
-    BLOCK_D ≥ D (nope columns), BLOCK_R ≥ Dr (rope columns, read contiguously)."""
+    BLOCK_D ≥ D (nope columns), BLOCK_R ≥ Dr (rope columns, read contiguously).
+    ASCEND: rows / columns past T / D / Dr are masked, not wrapped (triton-adapter's pointer analysis
+    needs affine offsets); the launcher passes unit inner strides (s_ak = s_wn = s_uc = s_sin_d =
+    s_cos_d = 1)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     dt = qr_ptr.dtype.element_ty
@@ -376,9 +441,14 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
         h64 = tl.full([], h, tl.int64)
         rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
         r_m = rows < T
-        rw = (rows % T).to(tl.int64)
-        nope_c = (h * HW + dcol % D).to(tl.int64)
-        rope_c = (h * HW + D + rcw).to(tl.int64)
+        if ASCEND:
+            rw = rows.to(tl.int64)
+            nope_c = (h * HW + dcol).to(tl.int64)
+            rope_c = (h * HW + D + rc).to(tl.int64)
+        else:
+            rw = (rows % T).to(tl.int64)
+            nope_c = (h * HW + dcol % D).to(tl.int64)
+            rope_c = (h * HW + D + rcw).to(tl.int64)
         a_ptrs = a_ptr + rw[:, None] * s_at + rk[None, :] * s_ak
         bn_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + nope_c[None, :] * s_wn
         br_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + rope_c[None, :] * s_wn
@@ -389,7 +459,17 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
             acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
         for k in range(0, Hcq, BLOCK_K):
-            if EVEN_K:
+            if ASCEND:
+                if EVEN_K:
+                    a = tl.load(a_ptrs, mask=r_m[:, None], other=0)
+                    bn = tl.load(bn_ptrs, mask=d_m[None, :], other=0)
+                    br = tl.load(br_ptrs, mask=rc_m[None, :], other=0)
+                else:
+                    km = (k + rk) < Hcq
+                    a = tl.load(a_ptrs, mask=r_m[:, None] & km[None, :], other=0)
+                    bn = tl.load(bn_ptrs, mask=km[:, None] & d_m[None, :], other=0)
+                    br = tl.load(br_ptrs, mask=km[:, None] & rc_m[None, :], other=0)
+            elif EVEN_K:
                 a = tl.load(a_ptrs)
                 bn = tl.load(bn_ptrs)
                 br = tl.load(br_ptrs)
@@ -405,9 +485,14 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
             br_ptrs += BLOCK_K * s_wk
         # ---- dequant + rounding point: [qc ‖ qr] = dt(...) ----
         if INT8:
-            xs = tl.load(as_ptr + rw)
-            qc = acc_n.to(tl.float32) * tl.load(wsc_ptr + nope_c)[None, :] * xs[:, None]
-            qr = acc_r.to(tl.float32) * tl.load(wsc_ptr + rope_c)[None, :] * xs[:, None]
+            if ASCEND:
+                xs = tl.load(as_ptr + rw, mask=r_m, other=0.0)
+                qc = acc_n.to(tl.float32) * tl.load(wsc_ptr + nope_c, mask=d_m, other=0.0)[None, :] * xs[:, None]
+                qr = acc_r.to(tl.float32) * tl.load(wsc_ptr + rope_c, mask=rc_m, other=0.0)[None, :] * xs[:, None]
+            else:
+                xs = tl.load(as_ptr + rw)
+                qc = acc_n.to(tl.float32) * tl.load(wsc_ptr + nope_c)[None, :] * xs[:, None]
+                qr = acc_r.to(tl.float32) * tl.load(wsc_ptr + rope_c)[None, :] * xs[:, None]
         else:
             qc = acc_n
             qr = acc_r
@@ -437,8 +522,13 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
         zero = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
         d = _dot(qr, P, zero, False, IEEE)
         rot = _dot(qr, Q, zero, False, IEEE)
-        cs = tl.load(cos_ptr + rw[:, None] * s_cos_t + rcw[None, :] * s_cos_d).to(tl.float32)
-        sn = tl.load(sin_ptr + rw[:, None] * s_sin_t + rcw[None, :] * s_sin_d).to(tl.float32)
+        if ASCEND:
+            m2 = r_m[:, None] & rc_m[None, :]
+            cs = tl.load(cos_ptr + rw[:, None] * s_cos_t + rc[None, :] * s_cos_d, mask=m2, other=0.0).to(tl.float32)
+            sn = tl.load(sin_ptr + rw[:, None] * s_sin_t + rc[None, :] * s_sin_d, mask=m2, other=0.0).to(tl.float32)
+        else:
+            cs = tl.load(cos_ptr + rw[:, None] * s_cos_t + rcw[None, :] * s_cos_d).to(tl.float32)
+            sn = tl.load(sin_ptr + rw[:, None] * s_sin_t + rcw[None, :] * s_sin_d).to(tl.float32)
         out = d * cs + rot * sn
         if Q8:
             qs = tl.load(qsckv_ptr)
@@ -454,12 +544,20 @@ def _p2(n: int, lo: int = 16) -> int:
     return max(lo, triton.next_power_of_2(max(int(n), 1)))
 
 
-def _flat_scale(s: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
-    """(flat fp32 [C] tensor, stride): stride 0 broadcasts a single per-tensor value."""
+def _flat_scale(s: torch.Tensor | None, expand_to: int = 0) -> tuple[torch.Tensor | None, int]:
+    """(flat fp32 [C] tensor, stride): stride 0 broadcasts a single per-tensor value; with ``expand_to``
+    (Ascend) a single value is expanded to [expand_to] instead, so the stride is always 1."""
     if s is None:
         return None, 0
     f = s.reshape(-1).contiguous()
+    if f.numel() == 1 and expand_to > 0:
+        f = f.expand(expand_to).contiguous()
     return f, (0 if f.numel() == 1 else 1)
+
+
+def _unit_inner(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself when its last dim has a unit stride (or a single element), else a contiguous copy."""
+    return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
 
 
 def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: torch.device, *,
@@ -624,11 +722,20 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     p = plan(T, He, Hcq, N, D, Dr, Hckv, dev, int8_down=full, int8_query=qint8, backend_key=backend_key,
              overrides=overrides, act_bytes=dt.itemsize)
     ieee = dt == torch.float32
+    asc = p["backend_key"] == "ascend"
     x = token_x.reshape(T, He)
     sin = rope_sin.reshape(T, Dr)
     cos = rope_cos.reshape(T, Dr)
     idx = cache_index.reshape(T)
     xs = dequant_scale_x.reshape(T) if full else None
+    kv_w, kr_w = kv_cache, kr_cache
+    if asc:
+        # the Ascend kernels address the innermost dim with a unit stride (a runtime stride there lowers
+        # to element-wise gathers); Triton turns these 1s into constants at launch, as the compile cases say
+        x, sin, cos, idx = _unit_inner(x), _unit_inner(sin), _unit_inner(cos), _unit_inner(idx)
+        weight_dq, weight_dkv_kr = _unit_inner(weight_dq), _unit_inner(weight_dkv_kr)
+        weight_uq_qr, weight_uk = _unit_inner(weight_uq_qr), _unit_inner(weight_uk)
+        kv_w, kr_w = _unit_inner(kv_cache), _unit_inner(kr_cache)   # written back below when copied
 
     # ---- 1. down GEMM ----
     d = p["down"]
@@ -642,7 +749,8 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
                                x.stride(0), x.stride(1), weight_dq.stride(0), weight_dq.stride(1),
                                weight_dkv_kr.stride(0), weight_dkv_kr.stride(1),
                                INT8=full, IEEE=ieee, EVEN_K=d["EVEN_K"],
-                               BLOCK_M=int(d["BLOCK_M"]), BLOCK_N=int(d["BLOCK_N"]), BLOCK_K=int(d["BLOCK_K"]), **kw)
+                               BLOCK_M=int(d["BLOCK_M"]), BLOCK_N=int(d["BLOCK_N"]), BLOCK_K=int(d["BLOCK_K"]),
+                               ASCEND=asc, **kw)
 
     # ---- 2. row kernel ----
     r = p["row"]
@@ -654,21 +762,26 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         cqs = ws  # unused
     wsdq, _ = _flat_scale(dequant_scale_w_dq)
     wskv, _ = _flat_scale(dequant_scale_w_dkv_kr)
-    qsckv, s_qsckv = _flat_scale(quant_scale_ckv)
-    qsckr, s_qsckr = _flat_scale(quant_scale_ckr)
+    qsckv, s_qsckv = _flat_scale(quant_scale_ckv, Hckv if asc else 0)
+    qsckr, s_qsckr = _flat_scale(quant_scale_ckr, Dr if asc else 0)
     smooth, _ = _flat_scale(smooth_scales_cq)
     f32_dummy = rmsnorm_gamma_cq  # stands in for absent pointers (never read)
     nb, bs = kv_cache.shape[0], kv_cache.shape[1]
     _row_kernel[(r["grid"],)](
         ws, weight_uk, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
         rmsnorm_gamma_cq, rmsnorm_gamma_ckv, smooth if smooth is not None else rmsnorm_gamma_cq,
-        sin, cos, idx, kv_cache, kr_cache, qsckv if kv8 else rmsnorm_gamma_cq, qsckr if kr8 else rmsnorm_gamma_cq,
+        sin, cos, idx, kv_w, kr_w, qsckv if kv8 else rmsnorm_gamma_cq, qsckr if kr8 else rmsnorm_gamma_cq,
         cqn, cqs, T, T * CT, Hcq, Hckv, Dr, nb * bs, bs,
         sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1), idx.stride(0),
-        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(3), kr_cache.stride(0), kr_cache.stride(1),
-        kr_cache.stride(3), s_qsckv, s_qsckr, cqn.stride(0), float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv),
+        kv_w.stride(0), kv_w.stride(1), kv_w.stride(3), kr_w.stride(0), kr_w.stride(1),
+        kr_w.stride(3), s_qsckv, s_qsckr, cqn.stride(0), float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv),
         SPLIT_K=d["SPLIT_K"], INT8=full, QUANT_CQ=qint8, HAS_SMOOTH=qint8 and smooth is not None, KV_INT8=kv8,
-        KR_INT8=kr8, BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], num_warps=int(r["num_warps"]))
+        KR_INT8=kr8, BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], ASCEND=asc,
+        num_warps=int(r["num_warps"]))
+    if kv_w is not kv_cache:
+        kv_cache.copy_(kv_w)
+    if kr_w is not kr_cache:
+        kr_cache.copy_(kr_w)
 
     # ---- 3. query GEMM + absorption + RoPE ----
     q = p["query"]
@@ -688,7 +801,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         q2.stride(0), q2.stride(1), qr2.stride(0), qr2.stride(1),
         INT8=qint8, Q8=q8, IEEE=ieee, EVEN_K=q["EVEN_K"],
         BLOCK_M=int(q["BLOCK_M"]), BLOCK_K=int(q["BLOCK_K"]), BLOCK_D=q["BLOCK_D"], BLOCK_R=q["BLOCK_R"],
-        BLOCK_C=int(q["BLOCK_C"]), **kw)
+        BLOCK_C=int(q["BLOCK_C"]), ASCEND=asc, **kw)
     return query, query_rope, dsq
 
 
@@ -712,6 +825,16 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
     cfg = _all_configs()[backend_key]
     cases: list[dict] = []
     i32, f32 = "i32", "*fp32"
+    asc = backend_key == "ascend"
+    # Triton makes an integer argument equal to 1 a constant at launch: on Ascend the launcher passes unit
+    # inner strides (and the split count is 1 at these dims), so the cases declare them as such
+    unit = ("constexpr" if asc else i32)
+
+    def ones(sig: dict, ce: dict, names) -> None:
+        for a in names:
+            sig[a] = unit
+            if asc:
+                ce[a] = 1
     for b in cfg["down"]["buckets"]:
         for int8 in (False, True):
             for even in (True, False):
@@ -721,8 +844,15 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                        "s_dq_k": i32, "s_dq_n": i32, "s_kv_k": i32, "s_kv_n": i32, "INT8": "constexpr",
                        "IEEE": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
                        "BLOCK_K": "constexpr"}
+                sig["ASCEND"] = "constexpr"
                 ce = dict(INT8=int8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
-                          BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]))
+                          BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), ASCEND=asc)
+                ones(sig, ce, ("s_xk", "s_dq_n", "s_kv_n"))
+                splits = {plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key,
+                               int8_down=int8)["down"]["SPLIT_K"]
+                          for T in (1, 16, 32, 64, 128, 4096) if _bucket(T, cfg["down"]["buckets"]) is b}
+                if splits == {1}:
+                    ones(sig, ce, ("SPLIT_K",))
                 cases.append(dict(name=f"mla_prolog_down_t{b['max_t']}_{'i8' if int8 else dt[1:]}_{'even' if even else 'tail'}",
                                   fn=_down_kernel, signature=sig, constexprs=ce))
     for mode, (x8, uq8, kv8, kr8, q8, smooth) in _MODES.items():
@@ -735,13 +865,15 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                   "s_qsckv", "s_qsckr", "s_cqn"):
             sig[a] = i32
         sig.update(eps_cq="fp32", eps_ckv="fp32")
-        for c in ("SPLIT_K", "INT8", "QUANT_CQ", "HAS_SMOOTH", "KV_INT8", "KR_INT8", "BLOCK_Q", "BLOCK_KV", "BLOCK_R"):
+        for c in ("SPLIT_K", "INT8", "QUANT_CQ", "HAS_SMOOTH", "KV_INT8", "KR_INT8", "BLOCK_Q", "BLOCK_KV", "BLOCK_R",
+                  "ASCEND"):
             sig[c] = "constexpr"
         splits = sorted({plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key,
                               int8_down=x8)["down"]["SPLIT_K"] for T in (1, 16, 32, 64, 128, 4096)})
         for sk in splits:
             ce = dict(SPLIT_K=sk, INT8=x8, QUANT_CQ=uq8, HAS_SMOOTH=smooth, KV_INT8=kv8, KR_INT8=kr8,
-                      BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2))
+                      BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), ASCEND=asc)
+            ones(sig, ce, ("s_sin_d", "s_cos_d", "s_idx", "s_kv_c", "s_kr_c", "s_qsckv", "s_qsckr"))
             cases.append(dict(name=f"mla_prolog_row_{mode}_split{sk}_{dt[1:]}", fn=_row_kernel, signature=sig,
                               constexprs=ce))
     qcfg = cfg["query"]
@@ -757,10 +889,13 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                     for a in ("T", "Hcq", "NH", "D", "Dr", "Hckv", "s_at", "s_ak", "s_wk", "s_wn", "s_uh", "s_ud",
                               "s_uc", "s_sin_t", "s_sin_d", "s_cos_t", "s_cos_d", "s_qt", "s_qh", "s_qrt", "s_qrh"):
                         sig[a] = i32
-                    for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C"):
+                    for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C",
+                              "ASCEND"):
                         sig[c] = "constexpr"
                     ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
-                              BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]))
+                              BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]),
+                              ASCEND=asc)
+                    ones(sig, ce, ("s_ak", "s_wn", "s_uc", "s_sin_d", "s_cos_d"))
                     cases.append(dict(name=f"mla_prolog_query_t{b['max_t']}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
                                       fn=_query_kernel, signature=sig, constexprs=ce))
     return cases
