@@ -207,6 +207,8 @@ class DsOp:
                  flop_formula: Callable[..., int] | None = None):
         self.name = name
         self.reference = reference
+        self.mutates_args = tuple(mutates_args)
+        self.signature = _signature_of(reference)
         self.check = check
         self.kernels = list(kernels)
         self.spec = spec
@@ -269,8 +271,23 @@ class DsOp:
     def _run(self, _dev: str, args, kwargs):
         if self.check is not None:
             self.check(*args, **kwargs)
-        _, fn = self.select(args, kwargs)
+        bname, fn = self.select(args, kwargs)
+        if bname != "reference":
+            args, kwargs = self._unit_stride_vectors(args, kwargs)
         return fn(*args, **kwargs)
+
+    def _unit_stride_vectors(self, args, kwargs):
+        """Kernels address 1-D inputs (scales, biases, gammas, seq_lens, cache_index) as ``ptr + i``: hand them a
+        contiguous copy when a caller passes a strided view (a few bytes; never a mutated argument)."""
+        def fix(name, a):
+            if isinstance(a, torch.Tensor) and a.dim() == 1 and a.stride(0) != 1 and a.numel() > 1 \
+                    and name not in self.mutates_args:
+                return a.contiguous()
+            return a
+        names = list(self.signature.parameters)
+        args = tuple(fix(names[i] if i < len(names) else "", a) for i, a in enumerate(args))
+        kwargs = {k: fix(k, v) for k, v in kwargs.items()}
+        return args, kwargs
 
     # -- eager fast path ----------------------------------------------------------------------
     def __call__(self, *args, **kwargs):

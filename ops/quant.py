@@ -133,8 +133,8 @@ def _check_rms_norm_dynamic_quant(x, gamma, *, epsilon=1e-6, residual=None, smoo
         raise ValueError(f"x must have shape [..., H] with H >= 1, got {list(x.shape)}")
     H = x.shape[-1]
     _check_vec("gamma", gamma, H, "H = x.shape[-1]", _FLOATS, x.device)
-    if not isinstance(epsilon, torch.SymFloat) and (not isinstance(epsilon, (int, float)) or not epsilon >= 0):
-        raise ValueError(f"epsilon must be a float >= 0, got {epsilon!r}")
+    if not isinstance(epsilon, torch.SymFloat) and (not isinstance(epsilon, (int, float)) or not 0 <= epsilon < float("inf")):
+        raise ValueError(f"epsilon must be a finite float >= 0, got {epsilon!r}")
     if residual is not None:
         check_tensor("residual", residual, dtypes=(x.dtype,))
         if residual.shape != x.shape:

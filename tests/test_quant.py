@@ -648,3 +648,11 @@ def test_kernel_quant_matmul_Q2_and_strides(K, N, gen):
             out = _kernel(ops.quant.quant_matmul, x, wv, ws, xs, bias=b, out_dtype=od)
             assert out.dtype == od
             assert_close(out, ref64, "fp32" if od == torch.float32 else "bf16")
+
+
+@pytest.mark.parametrize("eps", [float("inf"), -1e-6, float("nan")])
+def test_rms_norm_dynamic_quant_rejects_bad_epsilon(eps):
+    """Audit finding: epsilon=inf was accepted and silently gave all-zero output."""
+    x, gamma = torch.randn(2, 16), torch.rand(16) + 0.5
+    with pytest.raises(ValueError, match="epsilon"):
+        torch.ops.ds.rms_norm_dynamic_quant(x, gamma, epsilon=eps)

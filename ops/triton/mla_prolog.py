@@ -126,16 +126,18 @@ def _dot(a, b, acc, INT8: tl.constexpr, IEEE: tl.constexpr):
 @triton.jit
 def _rms_norm(x, mask, gamma, H, eps, ASCEND: tl.constexpr):
     """x / sqrt(mean(x²) + eps) · gamma in fp32 (division, not rsqrt-multiply); x is a [BLOCK] row.
-    ASCEND: the mean and sqrt are taken on the sum broadcast to the row (same IEEE ops per element):
-    triton-adapter 3.2 aborts on a scalar ``div_rn`` / ``sqrt_rn`` (TypeRange with null types)."""
+    ASCEND: the row is a [1, BLOCK] tile and the sum a [1] tensor (same IEEE ops): triton-adapter 3.2
+    aborts on a scalar ``div_rn`` / ``sqrt_rn`` (TypeRange with null types)."""
     x = tl.where(mask, x, 0.0)
-    ss = tl.sum(x * x, axis=0)
     if ASCEND:
-        ssv = tl.zeros_like(x) + ss
-        ms = tl.math.div_rn(ssv, tl.zeros_like(x) + H)
+        BLOCK: tl.constexpr = x.shape[0]
+        x2 = tl.reshape(x, [1, BLOCK])
+        ss = tl.sum(x2 * x2, axis=1)
+        ms = tl.math.div_rn(ss, tl.full([1], H, tl.float32))
         r = tl.math.sqrt_rn(ms + eps)
-        return tl.math.div_rn(x, r) * gamma
+        return tl.reshape(tl.math.div_rn(x2, tl.broadcast_to(r[:, None], [1, BLOCK])), [BLOCK]) * gamma
     else:
+        ss = tl.sum(x * x, axis=0)
         ms = tl.math.div_rn(ss, tl.full(ss.shape, H, tl.float32))
         r = tl.math.sqrt_rn(ms + eps)
         return tl.math.div_rn(x, tl.zeros_like(x) + r) * gamma
@@ -335,17 +337,20 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
             if HAS_SMOOTH:
                 y = y * sm
             y = tl.where(cq_m, y, 0.0)
-            amax = tl.max(tl.abs(y), axis=0)
-            nan_count = tl.sum((y != y).to(tl.int32), axis=0)
-            if ASCEND:  # the scale broadcast to the row: no scalar div_rn (see _rms_norm)
-                scale = tl.math.div_rn(tl.zeros_like(y) + amax, tl.zeros_like(y) + 127.0)
-                scale = tl.where((tl.zeros_like(cq_c) + nan_count) > 0, float("nan"), scale)
+            if ASCEND:  # [1, BLOCK_Q] row, [1] scale: no scalar div_rn (see _rms_norm)
+                y2 = tl.reshape(y, [1, BLOCK_Q])
+                amax = tl.max(tl.abs(y2), axis=1)
+                nan_count = tl.sum((y2 != y2).to(tl.int32), axis=1)
+                scale = tl.math.div_rn(amax, tl.full([1], 127.0, tl.float32))
+                scale = tl.where(nan_count > 0, float("nan"), scale)
                 safe = tl.where(scale > 0, scale, 1.0)
-                v = tl.math.div_rn(y, safe)
-                v = tl.where(scale > 0, v, 0.0)
+                v = tl.math.div_rn(y2, tl.broadcast_to(safe[:, None], [1, BLOCK_Q]))
+                v = tl.reshape(tl.where(scale[:, None] > 0, v, 0.0), [BLOCK_Q])
                 tl.store(cqn_ptr + tq * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
-                tl.store(cqs_ptr + tq + cq_c, scale, mask=cq_c < 1)
+                tl.store(cqs_ptr + tq + tl.arange(0, 1), scale)
             else:
+                amax = tl.max(tl.abs(y), axis=0)
+                nan_count = tl.sum((y != y).to(tl.int32), axis=0)
                 scale = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
                 scale = tl.where(nan_count > 0, float("nan"), scale)
                 safe = tl.where(scale > 0, scale, 1.0)

@@ -1,0 +1,54 @@
+"""Strided views of small vector inputs (scales, biases, gammas, seq_lens, cache_index) give the same result as
+contiguous ones on every backend. Found by the fresh-user audit: the Triton launchers read 1-D inputs as
+``ptr + i``, so a strided view silently read the wrong elements (same kind as cases.md P1)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ops
+from tests.conftest import requires_triton
+from tests.test_registry import TINY, _split
+
+DTYPE = {"moe_gating_top_k": torch.float32}  # fp16 elsewhere: the interpreter's bf16 tl.dot is wrong
+
+
+def _strided(v: torch.Tensor) -> torch.Tensor:
+    """Same values, stride 2 (a view into a buffer twice as long, the gaps poisoned)."""
+    buf = torch.full((v.numel() * 2,), float("nan") if v.is_floating_point() else -7, dtype=v.dtype)
+    view = buf[::2]
+    view.copy_(v)
+    return view
+
+
+def _run(name, inputs):
+    # clone only the caches the op writes (cloning a strided view would make it contiguous)
+    args, kwargs = _split(name, {k: (v.clone() if isinstance(v, torch.Tensor) and v.dim() == 4 else v)
+                                 for k, v in inputs.items()})
+    out = getattr(torch.ops.ds, name)(*args, **kwargs)
+    caches = [a for a in args if isinstance(a, torch.Tensor) and a.dim() == 4]
+    return list(out) + caches
+
+
+@requires_triton
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_strided_vector_inputs_match_contiguous(name, backend):
+    spec = ops.SPECS[name]
+    shape = dict(TINY[name])
+    if name == "moe_gating_top_k":
+        shape = {**next(iter(spec.shapes.values())), **shape}
+    if name == "mla_prolog":
+        shape["mode"] = "a8w8"  # has the most vector inputs: gammas, per-token and per-channel scales
+    inputs = spec.make_inputs(shape, dtype=DTYPE.get(name, torch.float16), device="cpu",
+                              generator=torch.Generator().manual_seed(7))
+    if name == "moe_gating_top_k" and inputs.get("bias") is None:
+        inputs["bias"] = torch.randn(shape["E"], generator=torch.Generator().manual_seed(3)) * 0.1
+    vectors = [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.dim() == 1 and v.numel() > 1]
+    assert vectors, f"{name}: no vector input to stride"
+    strided = {k: (_strided(v) if k in vectors else v) for k, v in inputs.items()}
+    with ops.backend(backend):
+        want = _run(name, inputs)
+        got = _run(name, strided)
+    for i, (w, g) in enumerate(zip(want, got)):
+        torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0, msg=lambda m: f"{name} output {i} with strided {vectors}: {m}")
