@@ -19,9 +19,9 @@ from hypothesis import example, given, settings, strategies as st
 import ops
 from ops import mla_prolog as M
 from reference.deepseek import rope_sin_cos
-from tolerances import assert_close
+from tests.tolerances import assert_close
 
-from conftest import requires_triton
+from tests.conftest import requires_triton
 
 pytestmark = [requires_triton, pytest.mark.interpreter]
 K = pytest.importorskip("ops.triton.mla_prolog")
@@ -199,6 +199,25 @@ def test_P1_noncontiguous_inputs_and_packed_weights(mode):
     for u, v in zip(out_a, out_b):
         assert torch.equal(bits(u), bits(v))
     assert torch.equal(bits(a["kv_cache"]), bits(b["kv_cache"])) and torch.equal(bits(a["kr_cache"]), bits(b["kr_cache"]))
+
+
+@pytest.mark.parametrize("mode", ["bf16", "partial_c8", "a8w8_c8"])
+def test_P1_strided_caches_are_written_in_place(mode, table):
+    """kv_cache / kr_cache whose last dim is not unit-stride: written in place (the "ascend" launcher
+    writes a unit-stride copy and copies it back, "cuda" scatters through the stride), bit-identical to
+    the contiguous call; the per-tensor C8 scale (a8w8_c8) is expanded on the "ascend" path."""
+    inp = small(mode, T=7, seed=21)
+    a, b = clone(inp), clone(inp)
+    for name in ("kv_cache", "kr_cache"):
+        b[name] = b[name].transpose(1, 3).contiguous().transpose(1, 3)
+        assert b[name].stride(3) != 1 and torch.equal(bits(b[name]), bits(a[name]))
+    kv_b, kr_b = b["kv_cache"], b["kr_cache"]
+    out_a, out_b = run(a), run(b)
+    for u, v in zip(out_a, out_b):
+        assert torch.equal(bits(u), bits(v))
+    assert b["kv_cache"] is kv_b and b["kr_cache"] is kr_b
+    assert torch.equal(bits(a["kv_cache"]), bits(kv_b)) and torch.equal(bits(a["kr_cache"]), bits(kr_b))
+    assert not torch.equal(bits(a["kv_cache"]), bits(inp["kv_cache"]))   # something was written
 
 
 @pytest.mark.parametrize("mode", ["bf16", "partial_c8", "a8w8_c8"])

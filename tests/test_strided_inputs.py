@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import ops
-from tests.conftest import requires_triton
-from tests.test_registry import TINY, _split
+from conftest import requires_triton
+from test_registry import TINY, _split
 
 DTYPE = {"moe_gating_top_k": torch.float32}  # fp16 elsewhere: the interpreter's bf16 tl.dot is wrong
 

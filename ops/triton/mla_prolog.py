@@ -438,8 +438,15 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
     cc_ = rc[None, :]
     lo = cc_ < Dr2
     hi = (cc_ >= Dr2) & (cc_ < Dr)
-    P = tl.where((lo & (ii == 2 * cc_)) | (hi & (ii == 2 * (cc_ - Dr2) + 1)), 1.0, 0.0).to(dt)
-    Q = tl.where(lo & (ii == 2 * cc_ + 1), -1.0, tl.where(hi & (ii == 2 * (cc_ - Dr2)), 1.0, 0.0)).to(dt)
+    if ASCEND:  # same matrices from 1-D source rows / signs: two 2-D compares, not eight (UB)
+        src_p = tl.where(rc < Dr2, 2 * rc, 2 * (rc - Dr2) + 1)
+        src_q = tl.where(rc < Dr2, 2 * rc + 1, 2 * (rc - Dr2))
+        sgn_q = tl.where(rc < Dr2, -1.0, 1.0)
+        P = tl.where((ii == src_p[None, :]) & rc_m[None, :], 1.0, 0.0).to(dt)
+        Q = tl.where((ii == src_q[None, :]) & rc_m[None, :], sgn_q[None, :], 0.0).to(dt)
+    else:
+        P = tl.where((lo & (ii == 2 * cc_)) | (hi & (ii == 2 * (cc_ - Dr2) + 1)), 1.0, 0.0).to(dt)
+        Q = tl.where(lo & (ii == 2 * cc_ + 1), -1.0, tl.where(hi & (ii == 2 * (cc_ - Dr2)), 1.0, 0.0)).to(dt)
     for item in range(pid, NH * m_tiles, nprog):
         h = item // m_tiles
         mt = item % m_tiles
