@@ -138,6 +138,10 @@ def _launch_attrs(fn, signature: dict, constexprs: dict, aligned: bool):
     return desc(fn.params, values)
 
 
+_LOWER_ATTEMPTS = 3
+_CRASH_MARKS = ("corrupted", "Malformed type storage", "Stack dump", "Segmentation fault", "double free", "Aborted")
+
+
 def _lower(fn, signature: dict, constexprs: dict, options: dict, arch: str, aligned: bool = True):
     """Return (bishengir command as triton-ascend built it, Linalg text, mix mode)."""
     import triton
@@ -146,12 +150,19 @@ def _lower(fn, signature: dict, constexprs: dict, options: dict, arch: str, alig
 
     src = ASTSource(fn=fn, signature=dict(signature), constants=dict(constexprs),
                     attrs=_launch_attrs(fn, signature, constexprs, aligned))
-    _CAPTURE.clear()
-    try:
-        triton.compile(src, target=GPUTarget("npu", arch, 0), options=dict(options) or None)
-    except Exception:
-        if "cmd" not in _CAPTURE:  # a genuine front-end / triton-adapter failure
-            raise
+    # triton-adapter-opt 3.2.0 sometimes aborts at random on a case that lowers fine on the next try (heap
+    # corruption messages: "corrupted size vs. prev_size", "Malformed type storage object"); a deterministic
+    # failure fails every attempt and is reported with its message
+    for attempt in range(_LOWER_ATTEMPTS):
+        _CAPTURE.clear()
+        try:
+            triton.compile(src, target=GPUTarget("npu", arch, 0), options=dict(options) or None)
+            break
+        except Exception as e:
+            if "cmd" in _CAPTURE:
+                break
+            if attempt + 1 == _LOWER_ATTEMPTS or not any(m in str(e) for m in _CRASH_MARKS):
+                raise  # a genuine front-end / triton-adapter failure
     if "cmd" not in _CAPTURE:
         raise RuntimeError("triton.compile finished without reaching bishengir-compile (the backend changed?)")
     return _CAPTURE["cmd"], _CAPTURE["linalg"], _CAPTURE.get("mix_mode")

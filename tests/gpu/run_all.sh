@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One H200 call: re-check every Triton kernel on CUDA, re-time the AMLA configs, and a quick utilization report.
+# Usage (device tool): bash tests/gpu/run_all.sh      → logs under $OUT (copied into the repo afterwards)
+# Each step has its own time limit so the whole call stays inside the 10-minute command limit.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+FINAL="${OUT:-/tmp}"; OUT=/tmp/ds-ops-gpu; rm -rf "$OUT"; mkdir -p "$OUT"   # only 8 files come back: tar at the end
+export PYTHONUNBUFFERED=1
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+step() {  # name, seconds, command...
+  local name=$1 secs=$2; shift 2
+  echo "== $name (limit ${secs}s): $*"
+  local t0=$SECONDS
+  timeout "$secs" "$@" > "$OUT/$name.txt" 2>&1; local rc=$?
+  echo "   rc=$rc in $((SECONDS - t0))s; tail:"; tail -n 6 "$OUT/$name.txt" | sed 's/^/   | /'
+}
+step check_quant_gating 100 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+step check_mla_prolog 75 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+step check_amla 130 python3 tests/gpu/check_amla.py --sweep 10 --out "$OUT/check_amla_report.txt"
+step bench_amla 70 python3 perf/bench_amla.py "$OUT/amla_results.md" --sweep --quick
+step perf 120 python3 -m perf --device cuda --quick --out "$OUT/perf" --budget-s 80
+ls -la "$OUT" "$OUT/perf" 2>/dev/null
+tar czf "$FINAL/gpu_results.tgz" -C "$OUT" . && echo "wrote $FINAL/gpu_results.tgz"
