@@ -1,16 +1,22 @@
 """Benchmark of the Triton ``ds::amla`` kernel on the GPU (H200): AMLA rescale vs multiply rescale vs the
 unfused PyTorch baseline, same run, same inputs.
 
-    python3 perf/bench_amla.py docs/perf/amla_results.md [--sweep] [--smoke] [--quick]
+    python3 perf/bench_amla.py docs/perf/amla_sweep.md --sweep-only     # launch-config sweep only (~60 s)
+    python3 perf/bench_amla.py docs/perf/amla_results.md [--sweep] [--quick] [--no-torch]
 
 Grid: B ∈ {1,16,64,128} × S_q ∈ {1,2} (causal) × N ∈ {16,128} × L ∈ {1K,4K,16K}, bf16, block_size 64,
-random page order. Time: triton.testing.do_bench median (L2 flushed before every call by do_bench).
+random page order. Time: triton.testing.do_bench median with L2 flushed before every call; problems with
+B ≤ 16 by CUDA-graph replay (do_bench_cudagraph: no per-call launcher / Python cost) over rotated input
+copies (> 150 MB in all, so the KV cache is not served from the 50 MB L2).
 FLOP = 2·Σ S_q·N·L·(576+512); bytes = KV rows read once (576·2 per key) + q + out + lse.
 Peaks are measured in the same run (bf16 matmul 8192³, device copy) and each shape is reported against
 the roof that bounds it (arithmetic intensity vs the measured ridge). Floors from the issue:
 ≥ 350 TFLOPS at B=64,S_q=2,N=128,L=4096 and ≥ 3.5 TB/s at B=64,S_q=1,N=16,L=4096.
---sweep: launch-config sweep on those two shapes. Also prints registers / spills / shared memory of
-every compiled variant. The markdown goes to the path given (and $OUT/bench_amla.md if $OUT is set).
+--sweep / --sweep-only: the candidate launch configs of ops/triton/configs/amla.json "cuda_sweep" on those
+two shapes (AMLA rescale, CUDA defaults otherwise), each checked against the default config's output,
+with registers / spills / shared memory of its compiled kernel; then split counts and the multiply rescale
+for the winners, and a line naming each winner. The markdown goes to the path given (and $OUT/bench_amla.md
+if $OUT is set).
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-from _amla_common import ROOT, paged_inputs, prewarm, torch_unfused  # noqa: E402
+from _amla_common import ROOT, paged_inputs, torch_unfused  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -45,6 +51,23 @@ def bench(fn, quick=False):
     return triton.testing.do_bench(fn, warmup=10 if quick else 25, rep=40 if quick else 100, return_mode="median")
 
 
+def bench_graph(fn, quick=False):
+    """CUDA-graph replay timing (median per call): launch overhead and the Python launcher excluded."""
+    import triton.testing
+    return triton.testing.do_bench_cudagraph(fn, rep=20 if quick else 50, return_mode="median")
+
+
+GRAPH_MAX_B = 16        # B ≤ this: time by CUDA-graph replay (small problems are launch-bound otherwise)
+ROTATE_BYTES = 150e6    # input copies cycled under graph timing: 3× the H200's 50 MB L2
+
+
+def rotated_inputs(args, B, S_q, N, L, dev, gen):
+    """Input sets cycled by graph timing so the KV cache is not L2-resident (first = ``args``)."""
+    _, by = model(B, S_q, N, L)
+    n = int(min(16, max(1, -(-ROTATE_BYTES // by))))
+    return [args] + [paged_inputs(B, S_q, N, [L] * B, BS, DTYPE, dev, gen)[0] for _ in range(n - 1)]
+
+
 def measure_peaks(quick=False):
     a = torch.randn(8192, 8192, device="cuda", dtype=DTYPE)
     b = torch.randn(8192, 8192, device="cuda", dtype=DTYPE)
@@ -64,18 +87,24 @@ def model(B, S_q, N, L):
     return flops, byts
 
 
-def record_kernel(tag):
+def kernel_info():
+    """regs / spills / shared memory of the latest launch's forward kernel (as Triton reports them)."""
     k = tri.LAST_LAUNCH.get("fwd")
-    plan = tri.LAST_LAUNCH.get("plan", {})
     if k is None:
-        return
+        return {}
     try:
-        info = dict(regs=getattr(k, "n_regs", None), spills=getattr(k, "n_spills", None),
-                    shared=getattr(k.metadata, "shared", None), BLOCK_M=plan.get("BLOCK_M"), BLOCK_N=plan.get("BLOCK_N"),
-                    warps=plan.get("num_warps"), stages=plan.get("num_stages"))
-        KERNEL_INFO.setdefault(tag, info)
+        return dict(regs=getattr(k, "n_regs", None), spills=getattr(k, "n_spills", None),
+                    shared=getattr(k.metadata, "shared", None))
     except Exception as e:  # noqa: BLE001
-        KERNEL_INFO.setdefault(tag, dict(error=str(e)))
+        return dict(error=str(e))
+
+
+def record_kernel(tag):
+    plan = tri.LAST_LAUNCH.get("plan", {})
+    if tri.LAST_LAUNCH.get("fwd") is None:
+        return
+    KERNEL_INFO.setdefault(tag, dict(kernel_info(), BLOCK_M=plan.get("BLOCK_M"), BLOCK_N=plan.get("BLOCK_N"),
+                                     warps=plan.get("num_warps"), stages=plan.get("num_stages")))
 
 
 VARIANTS = {"amla": dict(rescale="amla"),                                   # the CUDA config's AMLA
@@ -84,18 +113,28 @@ VARIANTS = {"amla": dict(rescale="amla"),                                   # th
             "multiply-FA2": dict(rescale="multiply", lazy=-1.0)}              # FA2: rescale whenever m grows
 
 
-def run_variant(args, variant, num_splits=None, config=None, quick=False):
+def plan_tag(variant, plan):
+    return (f"{variant} BM{plan['BLOCK_M']} BN{plan['BLOCK_N']} w{plan['num_warps']} "
+            f"s{plan['num_stages']}{' q-in-loop' if plan['q_in_loop'] else ''}"
+            f"{' dv2' if plan.get('dv_split', 1) == 2 else ''}{'' if plan.get('flat') else ' gather'} "
+            f"{'split' if plan['num_splits'] > 1 else 'nosplit'}{'' if plan['skip'] else ' noskip'}")
+
+
+def run_variant(args, variant, num_splits=None, config=None, quick=False, sets=None):
+    """Time one variant: do_bench (L2 flushed) or, with ``sets`` (rotated input copies), CUDA-graph replay."""
     kw = VARIANTS[variant]
+    ring = sets or [args]
+    it = [0]
 
     def f():
-        return tri.amla_variant(*args, SCALE, True, num_splits=num_splits, config=config, **kw)
-    f()
+        a = ring[it[0] % len(ring)]
+        it[0] += 1
+        return tri.amla_variant(*a, SCALE, True, num_splits=num_splits, config=config, **kw)
+    out = f()
     plan = dict(tri.LAST_LAUNCH["plan"])
-    tag = (f"{variant} BM{plan['BLOCK_M']} BN{plan['BLOCK_N']} w{plan['num_warps']} "
-           f"s{plan['num_stages']}{' q-in-loop' if plan['q_in_loop'] else ''} "
-           f"{'split' if plan['num_splits'] > 1 else 'nosplit'}{'' if plan['skip'] else ' noskip'}")
-    record_kernel(tag)
-    return bench(f, quick), plan
+    record_kernel(plan_tag(variant, plan))
+    ms = bench_graph(f, quick) if sets else bench(f, quick)
+    return ms, plan, out
 
 
 def grid_shapes(quick):
@@ -106,18 +145,122 @@ def grid_shapes(quick):
     return [(B, S_q, N, L) for B in Bs for S_q in (1, 2) for N in (16, 128) for L in Ls]
 
 
-# --sweep (run 2 of the session swept tiles: BM64 × BN{32,64,128} × stages{1,2,3}; BM16 × BN{32,64,128} ×
-# stages{2,3} × q-in-loop × splits{4,8,9}: docs/perf/amla.md); now: variants and split counts on the floor shapes
-SWEEP_COMPUTE = [dict(BLOCK_M=64, BLOCK_N=bn, num_warps=8, num_stages=st) for bn, st in ((32, 3), (64, 2))]
-SWEEP_COMPUTE_VARIANTS = [("multiply-FA2", {}), ("amla", {"rescale_skip": False})]
-SWEEP_MEMORY = [dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2, q_in_loop=False)]
-SPLITS_MEMORY = (None, 3, 4, 6, 8)
+SPLITS_MEMORY = (2, 3, 4, 6, 8)
+SHAPE_COMPUTE = (64, 2, 128, 4096)
+SHAPE_MEMORY = (64, 1, 16, 4096)
+
+
+def sweep_candidates():
+    """[(shape, label, config)] from ops/triton/configs/amla.json "cuda_sweep" (config: tile overrides)."""
+    sw = tri.load_configs()["cuda_sweep"]
+    out = []
+    for kind, shape in (("compute", SHAPE_COMPUTE), ("memory", SHAPE_MEMORY)):
+        for c in sw[kind]:
+            out.append((kind, shape, c["name"], {k: v for k, v in c.items() if k != "name"}))
+    return out
+
+
+def cos_diff(a, b):
+    a, b = a.double().flatten(), b.double().flatten()
+    return float(1 - (a @ b) / (a.norm() * b.norm()).clamp_min(1e-300))
+
+
+def run_sweep(dev, gen, quick, peak_tflops, peak_gbs):
+    """Candidates on the two floor shapes; returns {kind: (label, config, ms)} of the winners."""
+    log("## Launch-config sweep on the floor shapes (AMLA rescale, CUDA defaults otherwise)\n")
+    log("Candidates: ops/triton/configs/amla.json \"cuda_sweep\". cos = cosine difference of out vs the default "
+        "config's out (a candidate above 1e-5 is excluded). regs/spills/shared as Triton reports them.\n")
+    log("| shape | candidate | splits | µs | TFLOPS | GB/s | % roof | regs | spills | shared KB | cos vs default |")
+    log("|---|---|---|---|---|---|---|---|---|---|---|")
+    winners = {}
+    cands = sweep_candidates()
+    for kind in ("compute", "memory"):
+        shape = SHAPE_COMPUTE if kind == "compute" else SHAPE_MEMORY
+        B, S_q, N, L = shape
+        args = paged_inputs(B, S_q, N, [L] * B, BS, DTYPE, dev, gen)[0]
+        fl, by = model(B, S_q, N, L)
+        ref_out = tri.amla_variant(*args, SCALE, True, rescale="amla")[0]
+        best = None
+        rows = [(label, cfg, None, "amla") for k, _, label, cfg in cands if k == kind]
+        for label, cfg, ns, v in rows:
+            try:
+                ms, plan, (out, _) = run_variant(args, v, ns, cfg, quick)
+                info = kernel_info()
+                cd = cos_diff(out, ref_out)
+                roof = 100 * (fl / ms / 1e9 / peak_tflops if kind == "compute" else by / ms / 1e6 / peak_gbs)
+                sh = info.get("shared")
+                log(f"| B{B} S_q{S_q} N{N} L{L} | {label} | {plan['num_splits']} | {ms * 1e3:.1f} | "
+                    f"{fl / ms / 1e9:.0f} | {by / ms / 1e6:.0f} | {roof:.0f} | {info.get('regs')} | "
+                    f"{info.get('spills')} | {sh / 1024 if sh else 0:.0f} | {cd:.1e} |")
+                if cd <= 1e-5 and (best is None or ms < best[2]):
+                    best = (label, cfg, ms)
+            except Exception as e:  # noqa: BLE001
+                log(f"| B{B} S_q{S_q} N{N} L{L} | {label} | {ns} | error: {type(e).__name__}: {str(e)[:120]} "
+                    f"| | | | | | | |")
+        if best is not None:
+            label, cfg, _ = best
+            extra = [(f"{label}, splits {n}", cfg, n, "amla") for n in (SPLITS_MEMORY if kind == "memory" else ())]
+            extra += [(f"{label}, multiply rescale", cfg, None, "multiply")]
+            for lab, c2, ns, v in extra:
+                try:
+                    ms, plan, _ = run_variant(args, v, ns, c2, quick)
+                    log(f"| B{B} S_q{S_q} N{N} L{L} | {lab} | {plan['num_splits']} | {ms * 1e3:.1f} | "
+                        f"{fl / ms / 1e9:.0f} | {by / ms / 1e6:.0f} | | | | | |")
+                except Exception as e:  # noqa: BLE001
+                    log(f"| B{B} S_q{S_q} N{N} L{L} | {lab} | {ns} | error: {type(e).__name__}: {str(e)[:120]} "
+                        f"| | | | | | | |")
+            winners[kind] = best
+        del args, ref_out
+        torch.cuda.empty_cache()
+    log("")
+    for kind, (label, cfg, ms) in winners.items():
+        B, S_q, N, L = SHAPE_COMPUTE if kind == "compute" else SHAPE_MEMORY
+        fl, by = model(B, S_q, N, L)
+        rate = f"{fl / ms / 1e9:.0f} TFLOPS" if kind == "compute" else f"{by / ms / 1e6:.0f} GB/s"
+        log(f"WINNER {kind} (B={B}, S_q={S_q}, N={N}, L={L}): {label} — {ms * 1e3:.1f} µs, {rate}; "
+            f"config {cfg}")
+    log("")
+    return winners
+
+
+def sweep_jobs():
+    jobs = []
+    for kind, (B, S_q, N, L), label, cfg in sweep_candidates():
+        for v in ("amla", "multiply"):
+            jobs.append(dict(dtype="bfloat16", N=N, S_q=S_q, bs=BS, causal=True, config=cfg, device="cuda",
+                             max_keys=(L // BS + 2) * BS, B=B, num_splits=None, **VARIANTS[v]))
+    return jobs
+
+
+def prewarm_all(jobs, workers):
+    """Compile the distinct kernels of ``jobs`` in parallel processes (fills Triton's on-disk cache): the key is
+    every compile-time field of the launch plan."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    from _amla_common import _warm_one
+    uniq = {}
+    for j in jobs:
+        dev = torch.device(j["device"])
+        plan = tri.launch_plan(j.get("B", 1), j["S_q"], j["N"], j.get("max_keys", 1 << 15), dev, j["config"],
+                               j["num_splits"], page=j["bs"])
+        amla = j["rescale"] == "amla"
+        key = (j["dtype"], j["bs"], j["causal"], j["rescale"], plan["num_splits"] > 1,
+               amla and bool(plan["round_c"] if j.get("round_c") is None else j["round_c"]),
+               amla and float(plan["lazy"] if j.get("lazy") is None else j["lazy"]),
+               *[plan[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "q_in_loop", "persistent",
+                                   "skip", "flat", "dv_split", "float_guard")])
+        uniq.setdefault(key, dict(j, num_splits=plan["num_splits"] if plan["num_splits"] > 1 else 1))
+    t0 = time.time()
+    with cf.ProcessPoolExecutor(max_workers=max(1, min(workers, len(uniq))), mp_context=mp.get_context("spawn")) as ex:
+        list(ex.map(_warm_one, uniq.values()))
+    log(f"prewarm: {len(uniq)} kernels compiled in {time.time() - t0:.1f} s wall")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", help="markdown output path")
-    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="the launch-config sweep, then the grid")
+    ap.add_argument("--sweep-only", action="store_true", help="only the launch-config sweep (~60 s)")
     ap.add_argument("--quick", action="store_true", help="fewer shapes, shorter timing")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--workers", type=int, default=14)
@@ -127,54 +270,32 @@ def main():
     p = torch.cuda.get_device_properties(0)
     import triton
     log(f"# ds::amla Triton benchmark\n\ndevice: {p.name} ({p.multi_processor_count} SMs), torch {torch.__version__}, "
-        f"triton {triton.__version__}, dtype bf16, block_size {BS}, causal, do_bench median (L2 flushed)\n")
+        f"triton {triton.__version__}, dtype bf16, block_size {BS}, causal; do_bench median (L2 flushed), "
+        f"B ≤ {GRAPH_MAX_B}: CUDA-graph replay over rotated inputs\n")
     log("command: `python3 perf/bench_amla.py " + " ".join(sys.argv[1:]) + "`\n")
 
-    shapes = grid_shapes(a.quick)
+    shapes = [] if a.sweep_only else grid_shapes(a.quick)
     jobs = []
     for B, S_q, N, L in shapes:
         mk = (-(-L // BS) + 2) * BS
         for v in ("amla", "amla-CANN", "multiply"):
             jobs.append(dict(dtype="bfloat16", N=N, S_q=S_q, bs=BS, causal=True, config=None, device="cuda",
                              max_keys=mk, B=B, num_splits=None, **VARIANTS[v]))
-    sweep_cases = []
-    if a.sweep:
-        sweep_cases = ([((64, 2, 128, 4096), c, None, "amla") for c in SWEEP_COMPUTE] +
-                       [((64, 2, 128, 4096), c, None, v) for v, c in SWEEP_COMPUTE_VARIANTS] +
-                       [((64, 1, 16, 4096), c, ns, "amla") for c in SWEEP_MEMORY for ns in SPLITS_MEMORY] +
-                       [((64, 1, 16, 4096), {}, None, v) for v in ("multiply", "multiply-FA2", "amla-CANN")])
-        for (B, S_q, N, L), c, ns, v in sweep_cases:
-            jobs.append(dict(dtype="bfloat16", N=N, S_q=S_q, bs=BS, causal=True, config=c, device="cuda",
-                             max_keys=(L // BS + 2) * BS, B=B, num_splits=ns, **VARIANTS[v]))
-    prewarm(jobs, a.workers, log)
+    if a.sweep or a.sweep_only:
+        jobs += sweep_jobs()
+    prewarm_all(jobs, a.workers)
 
-    peak_tflops, peak_gbs = measure_peaks(a.quick)
+    peak_tflops, peak_gbs = measure_peaks(a.quick or a.sweep_only)
     ridge = peak_tflops * 1e12 / (peak_gbs * 1e9)
     log(f"measured peaks: bf16 matmul 8192³ {peak_tflops:.0f} TFLOPS, device copy {peak_gbs:.0f} GB/s "
         f"(ridge {ridge:.0f} FLOP/B)\n")
 
     gen = torch.Generator(device=dev).manual_seed(0)
     floors = {}
-    if a.sweep:
-        log("## Launch-config sweep on the floor shapes (AMLA rescale unless noted)\n")
-        log("| shape | variant | config | splits | µs | TFLOPS | GB/s |")
-        log("|---|---|---|---|---|---|---|")
-        cache = {}
-        for (B, S_q, N, L), cfg, ns, v in sweep_cases:
-            if (B, S_q, N, L) not in cache:
-                cache.clear()
-                cache[(B, S_q, N, L)] = paged_inputs(B, S_q, N, [L] * B, BS, DTYPE, dev, gen)[0]
-            args = cache[(B, S_q, N, L)]
-            fl, by = model(B, S_q, N, L)
-            try:
-                ms, plan = run_variant(args, v, ns, cfg, a.quick)
-                log(f"| B{B} S_q{S_q} N{N} L{L} | {v} | {cfg} | {plan['num_splits']} | "
-                    f"{ms * 1e3:.1f} | {fl / ms / 1e9:.0f} | {by / ms / 1e6:.0f} |")
-            except Exception as e:  # noqa: BLE001
-                log(f"| B{B} S_q{S_q} N{N} L{L} | {v} | {cfg} | {ns} | error: {type(e).__name__}: "
-                    f"{str(e)[:100]} | | |")
-        cache.clear()
-        log("")
+    if a.sweep or a.sweep_only:
+        run_sweep(dev, gen, a.quick, peak_tflops, peak_gbs)
+    if a.sweep_only:
+        shapes = []
 
     log("## Grid (bf16, causal, uniform L per batch)\n")
     log("Columns per variant: µs, TFLOPS, GB/s, % of the measured roof that bounds the shape. "
@@ -188,16 +309,17 @@ def main():
     log("|" + "---|" * 22)
     for B, S_q, N, L in shapes:
         args, _ = paged_inputs(B, S_q, N, [L] * B, BS, DTYPE, dev, gen)
+        sets = rotated_inputs(args, B, S_q, N, L, dev, gen) if B <= GRAPH_MAX_B else None
         fl, by = model(B, S_q, N, L)
         bound = "compute" if fl / by >= ridge else "memory"
 
         def roof(ms):
             return 100 * (fl / ms / 1e9 / peak_tflops if bound == "compute" else by / ms / 1e6 / peak_gbs)
         row = [str(B), str(S_q), str(N), str(L), bound]
-        ms_a, plan = run_variant(args, "amla", quick=a.quick)
-        ms_c, _ = run_variant(args, "amla-CANN", quick=a.quick)
-        ms_m, _ = run_variant(args, "multiply", quick=a.quick)
-        row += [str(plan["num_splits"])]
+        ms_a, plan, _ = run_variant(args, "amla", quick=a.quick, sets=sets)
+        ms_c, _, _ = run_variant(args, "amla-CANN", quick=a.quick, sets=sets)
+        ms_m, _, _ = run_variant(args, "multiply", quick=a.quick, sets=sets)
+        row += [str(plan["num_splits"]) + (" (graph)" if sets else "")]
         for ms in (ms_a, ms_c, ms_m):
             row += [f"{ms * 1e3:.1f}", f"{fl / ms / 1e9:.0f}", f"{by / ms / 1e6:.0f}", f"{roof(ms):.0f}"]
         if a.no_torch:
@@ -213,7 +335,7 @@ def main():
             floors["compute"] = (fl / ms_a / 1e9, fl / ms_c / 1e9, fl / ms_m / 1e9)
         if (B, S_q, N, L) == (64, 1, 16, 4096):
             floors["memory"] = (by / ms_a / 1e6, by / ms_c / 1e6, by / ms_m / 1e6)
-        del args
+        del args, sets
         torch.cuda.empty_cache()
 
     log("\n## Floors\n")

@@ -266,28 +266,37 @@ def test_A7_block_sizes(gen, rescale):
 # AMLA numerics: zeros, denormals, large shifts
 # ----------------------------------------------------------------------------------------------
 @triton.jit
-def _rescale_probe(x_ptr, n_ptr, dn_ptr, fac_ptr, o_ptr, R: tl.constexpr, C: tl.constexpr):
+def _rescale_probe(x_ptr, n_ptr, dn_ptr, fac_ptr, o_ptr, R: tl.constexpr, C: tl.constexpr, FGUARD: tl.constexpr):
     r = tl.arange(0, R)
     c = tl.arange(0, C)
     x = tl.load(x_ptr + r[:, None] * C + c[None, :])
-    o = tri._pow2_rescale(x, tl.load(n_ptr + r), tl.load(dn_ptr + r), tl.load(fac_ptr + r))
+    o = tri._pow2_rescale(x, tl.load(n_ptr + r), tl.load(dn_ptr + r), tl.load(fac_ptr + r), FGUARD)
     tl.store(o_ptr + r[:, None] * C + c[None, :], o)
 
 
-def test_pow2_rescale_exact_on_zeros_denormals_and_normals():
+@pytest.mark.parametrize("fguard", [False, True], ids=["exponent_field_guard", "fp32_compare_guard"])
+def test_pow2_rescale_exact_on_zeros_denormals_and_normals(fguard):
     tiny = torch.finfo(torch.float32).tiny
     vals = torch.tensor([0.0, -0.0, tiny / 8, -tiny / 3, tiny, 3 * tiny, 2.0**-120, 1.0, -1.5, 3.0e5,
-                         2.0**100, -2.0**-100, 1e-30, 7.0, -0.25, 2.0**126], dtype=torch.float32)
+                         2.0**100, -2.0**-100, 1e-30, 7.0, -0.25, 2.0**126,
+                         # the guard's bounds: E = 254 (≥ 2^127) and ±inf multiply; 2^-125..2^-95 straddle 2^(−125−dn)
+                         3.0e38, 2.0**127, -float("inf"), float("inf"), -2.0**-125, 2.0**-124, 2.0**-95, 2.0**-96,
+                         -2.0**-110, 2.0**-122, 1.5 * 2.0**-98, -1.0e-33, 2.0**-126, 2.0**-107, 5.0, -3.0e-36],
+                        dtype=torch.float32)
     dns = torch.tensor([0.0, -1.0, -5.0, -30.0, -29.0, -2.0, -17.0, -3.0])
     x = vals[None, :].repeat(len(dns), 1).contiguous()
     n_add = (dns * 2**23).to(torch.int32)
     fac = torch.exp2(dns)
     out = torch.empty_like(x)
-    _rescale_probe[(1,)](x, n_add, dns, fac, out, R=len(dns), C=len(vals))
+    _rescale_probe[(1,)](x, n_add, dns, fac, out, R=len(dns), C=len(vals), FGUARD=fguard)
     exact = x * fac[:, None]                     # exact in fp32 (power of two; denormal results rounded)
     assert torch.equal(out, exact), f"integer rescale differs from the exact product:\n{out}\n{exact}"
+    # the two guards take the integer path on exactly the same elements (inf/NaN multiply too)
+    other = torch.empty_like(x)
+    _rescale_probe[(1,)](x, n_add, dns, fac, other, R=len(dns), C=len(vals), FGUARD=not fguard)
+    assert torch.equal(out, other)
     assert torch.equal(out[:, :2].abs(), torch.zeros_like(out[:, :2])), "zeros must stay zero"
-    assert torch.isfinite(out).all()
+    assert torch.equal(torch.isfinite(out), torch.isfinite(x))
 
 
 def test_pow2_rescale_compensation_is_close():
@@ -297,10 +306,13 @@ def test_pow2_rescale_compensation_is_close():
     dn = torch.tensor([-1.0, 0.0, -4.0, -2.0])
     n_add = (dn.to(torch.int32) * 2**23 + torch.floor(1.5 * (ratio - 1) * 2**23 + 0.5).to(torch.int32))
     out = torch.empty_like(x)
-    _rescale_probe[(1,)](x, n_add, dn, torch.exp2(dn) * ratio, out, R=4, C=64)
+    _rescale_probe[(1,)](x, n_add, dn, torch.exp2(dn) * ratio, out, R=4, C=64, FGUARD=False)
     want = x * (torch.exp2(dn) * ratio)[:, None]
     rel = ((out - want) / want).abs()
     assert (rel <= 0.55 * (ratio - 1).abs()[:, None] + 2**-22).all()
+    out2 = torch.empty_like(x)
+    _rescale_probe[(1,)](x, n_add, dn, torch.exp2(dn) * ratio, out2, R=4, C=64, FGUARD=True)
+    assert torch.equal(out, out2)
 
 
 def test_amla_keeps_exact_zero_columns_that_get_contributions_later(gen):
@@ -366,6 +378,97 @@ def test_ascend_plan_under_the_interpreter(gen):
     check(args, config={"key": "ascend"}, rescale="multiply")
 
 
+def test_ascend_plan_block_sizes_under_the_interpreter(gen):
+    """The Ascend plan for block sizes 128 / 32 / 16 (BLOCK_N shrinks to the page: one scalar page id per
+    tile) and a page that is no multiple of 16 (per-key gathers): all agree with the reference."""
+    lens = [150, 37]
+    q_nope, q_rope, c_kv, k_rope = logical(2, 2, 4, lens, gen)
+    for bs, bn, flat in ((128, 64, True), (32, 32, True), (16, 16, True), (24, 64, False)):
+        args = (q_nope, q_rope) + paged(c_kv, k_rope, lens, bs, gen)
+        plan = tri.launch_plan(2, 2, 4, args[4].shape[1] * bs, torch.device("cpu"), {"key": "ascend"}, page=bs)
+        assert (plan["BLOCK_N"], plan["flat"], plan["float_guard"]) == (bn, flat, True)
+        check(args, config={"key": "ascend"})
+        assert tri.LAST_LAUNCH["plan"]["BLOCK_N"] == bn and tri.LAST_LAUNCH["plan"]["flat"] == flat
+
+
+# the CUDA config's tiles and the GPU sweep's candidates, run by the interpreter at tiny sizes (fp16): the
+# wgmma/mma tiles, the column split (dv_split = 2), flat addressing vs per-key gathers, the exponent-field guard
+_CUDA_TILES = [dict(t) for t in tri.load_configs()["cuda"]["tiles"]]
+_SWEEP = tri.load_configs()["cuda_sweep"]
+_CUDA_CANDIDATES = {c["name"]: {k: v for k, v in c.items() if k != "name"}
+                    for c in _SWEEP["compute"] + _SWEEP["memory"]}
+
+
+def _cuda_cfg(tile):
+    return dict({k: v for k, v in tile.items() if k not in ("max_rows", "name")}, key="cuda")
+
+
+@pytest.mark.parametrize("ti", range(len(_CUDA_TILES)))
+@pytest.mark.parametrize("bs", [64, 16])
+def test_cuda_tiles_under_the_interpreter(gen, ti, bs):
+    cfg = _cuda_cfg(_CUDA_TILES[ti])
+    lens = [70, 9]
+    args = make(2, 2, 4, lens, gen, bs=bs)
+    out, lse = check(args, config=cfg, variant="amla_lazy")          # the CUDA default rescale
+    plan = tri.LAST_LAUNCH["plan"]
+    # a tile must lie in one page for flat addressing; CUDA keeps BLOCK_N and falls back to gathers
+    assert plan["BLOCK_N"] == cfg["BLOCK_N"] and plan["flat"] == (bs % cfg["BLOCK_N"] == 0)
+    assert plan["key"] == "cuda" and not plan["float_guard"]
+    check(args, config=cfg, variant="multiply_lazy")
+    check(args, config=cfg, variant="amla", num_splits=3)
+
+
+@pytest.mark.parametrize("name", list(_CUDA_CANDIDATES))
+def test_cuda_sweep_candidates_under_the_interpreter(gen, name):
+    args = make(2, 1, 8, [45, 70], gen, bs=64)
+    check(args, config=dict(_CUDA_CANDIDATES[name], key="cuda"), variant="amla_lazy", num_splits=2)
+
+
+@pytest.mark.parametrize("variant", ["amla", "amla_lazy", "multiply_lazy"])
+def test_column_split_and_flat_addressing_change_no_bit(gen, variant):
+    """dv_split = 2 (each program recomputes S for half of the 512 output columns; the pairwise sum makes S
+    bit-identical) and flat addressing vs per-key page gathers give bit-identical out and lse."""
+    args = make(3, 2, 8, [90, 1, 33], gen, bs=32)
+    base = dict(key="cuda", BLOCK_M=16, BLOCK_N=32, rescale_skip=True)
+    ref_o, ref_l = run(args, variant=variant, config=dict(base, dv_split=1, flat=False), num_splits=2)
+    assert not torch.isnan(ref_o).any()
+    for dv, flat, fguard in ((2, False, False), (1, True, False), (2, True, True)):
+        o, l = run(args, variant=variant, config=dict(base, dv_split=dv, flat=flat, float_guard=fguard),
+                   num_splits=2)
+        assert tri.LAST_LAUNCH["plan"]["dv_split"] == dv and tri.LAST_LAUNCH["plan"]["flat"] == flat
+        assert torch.equal(o, ref_o) and torch.equal(l, ref_l), (dv, flat, fguard)
+
+
+@pytest.mark.parametrize("key", ["interpreter", "cuda"])
+def test_query_rows_not_evenly_spaced_are_copied(gen, key):
+    """Flat addressing needs q's (S_q, N) rows evenly spaced; a [B, N, S_q, D] tensor transposed to
+    [B, S_q, N, D] is not, and must still be read right."""
+    args = list(make(2, 3, 4, [40, 9], gen, bs=16))
+    args[0] = args[0].transpose(1, 2).contiguous().transpose(1, 2)
+    args[1] = args[1].transpose(1, 2).contiguous().transpose(1, 2)
+    assert tri._row_stride(args[0]) is None
+    cfg = {"key": key} if key == "interpreter" else _cuda_cfg(_CUDA_TILES[0])
+    cfg["flat"] = True
+    if key == "cuda":
+        cfg["BLOCK_N"] = 16
+    check(tuple(args), config=cfg)
+    assert tri.LAST_LAUNCH["plan"]["flat"]
+
+
+def test_split_count_fits_one_wave():
+    """Split count = floor(resident programs / programs): B=64, S_q=1, N=16 on 132 SMs at 2 CTAs/SM gets 4
+    splits (256 CTAs, one wave; the H200 sweep measured 2952 GB/s vs 2118 GB/s for 5), never more."""
+    dev = torch.device("cpu")
+    p = tri.launch_plan(64, 1, 16, 4096, dev, {"key": "cuda", "cores": 132})
+    assert p["BLOCK_M"] == 16 and p["num_splits"] == 4 and p["total"] <= 132 * 2
+    for B in (1, 3, 16, 40, 64, 100):
+        p = tri.launch_plan(B, 1, 16, 1 << 16, dev, {"key": "cuda", "cores": 132})
+        assert p["total"] <= 264 or p["num_splits"] == 1
+    # the column split counts as programs
+    p = tri.launch_plan(8, 2, 128, 4096, dev, {"key": "cuda", "cores": 132})
+    assert p["dv_split"] == 2 and p["total"] == 8 * 4 * 2 * p["num_splits"] and p["total"] <= 132
+
+
 def test_launch_plan_is_from_shapes_only():
     dev = torch.device("cpu")
     p = tri.launch_plan(1, 1, 2, 1024, dev)
@@ -385,6 +488,10 @@ def test_ascend_compile_cases_are_well_formed():
         assert set(c["signature"]) == names, c["name"]
         assert set(c["constexprs"]) <= names
         assert all(c["signature"][k] == "constexpr" for k in c["constexprs"])
+        if c["name"].startswith("amla_fwd"):
+            # flat addressing (no per-element gathers), the fp32-compare guard, the lse stride a constant 1
+            assert c["constexprs"]["FLAT"] and c["constexprs"]["FGUARD"] and c["constexprs"]["sl_h"] == 1
+            assert c["constexprs"]["PAGE"] % c["constexprs"]["BLOCK_N"] == 0
         if "BLOCK_M" in c["constexprs"]:
             # acc [BLOCK_M, 512] fp32 and the K tile must fit L0C (128 KiB) / UB (192 KiB) with room to spare
             assert c["constexprs"]["BLOCK_M"] * 512 * 4 <= 64 * 1024
