@@ -16,8 +16,8 @@ step() {  # name, seconds, command...
 }
 step check_quant_gating 100 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
 step check_mla_prolog 75 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
-step check_amla 130 python3 tests/gpu/check_amla.py --sweep 10 --out "$OUT/check_amla_report.txt"
-step bench_amla 70 python3 perf/bench_amla.py "$OUT/amla_results.md" --sweep --quick
-step perf 120 python3 -m perf --device cuda --quick --out "$OUT/perf" --budget-s 80
+step check_amla 170 python3 tests/gpu/check_amla.py --sweep 10 --out "$OUT/check_amla_report.txt"
+step bench_amla 75 python3 perf/bench_amla.py "$OUT/amla_sweep.md" --sweep-only
+step perf 110 python3 -m perf --device cuda --quick --out "$OUT/perf" --budget-s 70
 ls -la "$OUT" "$OUT/perf" 2>/dev/null
 tar czf "$FINAL/gpu_results.tgz" -C "$OUT" . && echo "wrote $FINAL/gpu_results.tgz"
