@@ -14,10 +14,20 @@ step() {  # name, seconds, command...
   timeout "$secs" "$@" > "$OUT/$name.txt" 2>&1; local rc=$?
   echo "   rc=$rc in $((SECONDS - t0))s; tail:"; tail -n 6 "$OUT/$name.txt" | sed 's/^/   | /'
 }
-step check_quant_gating 100 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
-step check_mla_prolog 75 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
-step check_amla 170 python3 tests/gpu/check_amla.py --sweep 10 --out "$OUT/check_amla_report.txt"
-step bench_amla 75 python3 perf/bench_amla.py "$OUT/amla_sweep.md" --sweep-only
-step perf 110 python3 -m perf --device cuda --quick --out "$OUT/perf" --budget-s 70
+case "${1:-all}" in
+final)
+  step diag_mla_prolog 60 python3 tests/gpu/diag_mla_prolog_cache.py
+  step check_amla 110 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
+  step bench_amla 60 python3 perf/bench_amla.py "$OUT/amla_results.md" --quick
+  step perf 75 python3 -m perf --device cuda --quick --out "$OUT/perf" --budget-s 45 --no-layer
+  ;;
+*)
+  step check_quant_gating 100 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step check_mla_prolog 75 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step check_amla 170 python3 tests/gpu/check_amla.py --sweep 10 --out "$OUT/check_amla_report.txt"
+  step bench_amla 75 python3 perf/bench_amla.py "$OUT/amla_sweep.md" --sweep-only
+  step perf 110 python3 -m perf --device cuda --quick --out "$OUT/perf" --budget-s 70
+  ;;
+esac
 ls -la "$OUT" "$OUT/perf" 2>/dev/null
 tar czf "$FINAL/gpu_results.tgz" -C "$OUT" . && echo "wrote $FINAL/gpu_results.tgz"
