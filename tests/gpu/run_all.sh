@@ -16,10 +16,9 @@ step() {  # name, seconds, command...
 }
 case "${1:-all}" in
 final)
-  step diag_mla_prolog 60 python3 tests/gpu/diag_mla_prolog_cache.py
-  step check_amla 110 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
-  step bench_amla 60 python3 perf/bench_amla.py "$OUT/amla_results.md" --quick
-  step perf 75 python3 -m perf --device cuda --quick --out "$OUT/perf" --budget-s 45 --no-layer
+  step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
+  step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
+  step bench_amla 55 python3 perf/bench_amla.py "$OUT/amla_results.md" --quick
   ;;
 *)
   step check_quant_gating 100 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
