@@ -277,13 +277,15 @@ class DsOp:
         return fn(*args, **kwargs)
 
     def _unit_stride_vectors(self, args, kwargs):
-        """Kernels address 1-D inputs (scales, biases, gammas, seq_lens, cache_index) as ``ptr + i``: hand them a
-        contiguous copy when a caller passes a strided view (a few bytes; never a mutated argument)."""
+        """Kernels address 1-D inputs (scales, biases, gammas, seq_lens, cache_index) as ``ptr + i`` and index
+        tables (block_table) row by row with a unit inner stride: hand them a contiguous copy when a caller passes
+        a strided view (a few bytes; never a mutated argument, never a float matrix such as a weight)."""
         def fix(name, a):
-            if isinstance(a, torch.Tensor) and a.dim() == 1 and a.stride(0) != 1 and a.numel() > 1 \
-                    and name not in self.mutates_args:
-                return a.contiguous()
-            return a
+            if not isinstance(a, torch.Tensor) or name in self.mutates_args or a.numel() <= 1:
+                return a
+            small_vector = a.dim() == 1 and a.stride(0) != 1
+            index_table = not a.is_floating_point() and a.dtype != torch.int8 and not a.is_contiguous()
+            return a.contiguous() if small_vector or index_table else a
         names = list(self.signature.parameters)
         args = tuple(fix(names[i] if i < len(names) else "", a) for i, a in enumerate(args))
         kwargs = {k: fix(k, v) for k, v in kwargs.items()}
