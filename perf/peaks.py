@@ -67,7 +67,7 @@ _A100_DS = ("NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column "
             "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf)")
 _SPARSE = "; the datasheet prints {sparse} with sparsity, dense is half (datasheet footnote; FlashMLA issue #75)"
 _CUBE = ("{cores} cube cores × 16³ fp16 MACs/cycle/core (HotChips 31 DaVinci talk: a cube does 4096 fp16 or 8192 int8 "
-         "MACs per cycle) × 2 FLOP/MAC × 1.8 GHz (clock assumed as in notes/amla.md §8, unverified)")
+         "MACs per cycle) × 2 FLOP/MAC × 1.8 GHz (clock assumed as in the AMLA deployment estimate, unverified)")
 _ASCEND_HBM = ("unverified third-party figure, no Huawei datasheet in hand: Ascend 910B 64 GB HBM2e at about 1.6 TB/s "
                "(public figures vary between 0.4 and 2 TB/s); trust the measured copy instead")
 
@@ -95,7 +95,7 @@ PEAKS: dict[str, DevicePeaks] = {
                   derived=True),
         fp32=Peak(67.0, "derived: H800 SXM5 = H100 SXM FP32 rate, " + _H100_DS, derived=True),
         hbm_tbs=Peak(3.35, "NVIDIA H800 SXM5 product brief: 80 GB HBM3, 3.35 TB/s (same memory as H100 SXM; "
-                           "notes/amla.md: 'H800: 865 TFLOPS (throttled) / 3.35 TB/s')"),
+                           "FlashMLA deep-dive: H800 865 TFLOPS throttled, 3.35 TB/s)"),
     ),
     "a100_sxm_80gb": DevicePeaks(
         "a100_sxm_80gb", "NVIDIA A100 SXM 80GB",
@@ -107,7 +107,7 @@ PEAKS: dict[str, DevicePeaks] = {
     "ascend_910b3": DevicePeaks(
         "ascend_910b3", "Huawei Ascend 910B3 (Atlas A2)",
         bf16=Peak(294.9, "derived: " + _CUBE.format(cores=20) + "; 20 cube cores is the Ascend910B3 spec "
-                         "bishengir attaches (notes/ascend_toolchain.md) and HAMi's device table", derived=True),
+                         "bishengir-compile 1.2.0 attaches for Ascend910B3 and HAMi's device table", derived=True),
         int8=Peak(589.8, "derived: 2 × the bf16 figure (cube int8 MAC rate is twice fp16, HotChips 31)", derived=True),
         fp32=None,
         hbm_tbs=Peak(1.6, _ASCEND_HBM, derived=True),
@@ -115,7 +115,7 @@ PEAKS: dict[str, DevicePeaks] = {
     "ascend_910b2": DevicePeaks(
         "ascend_910b2", "Huawei Ascend 910B2 (Atlas A2)",
         bf16=Peak(353.9, "derived: " + _CUBE.format(cores=24) + "; 24 AI cores per HAMi's Ascend910B2 entry and "
-                         "notes/amla.md ('24 cube cores per die')", derived=True),
+                         "the CANN FIA tiling load-balancing example (24 cube cores)", derived=True),
         int8=Peak(707.8, "derived: 2 × the bf16 figure (cube int8 MAC rate is twice fp16, HotChips 31)", derived=True),
         fp32=None,
         hbm_tbs=Peak(1.6, _ASCEND_HBM, derived=True),
@@ -123,7 +123,7 @@ PEAKS: dict[str, DevicePeaks] = {
     "ascend_910c": DevicePeaks(
         "ascend_910c", "Huawei Ascend 910C (Atlas A3, two dies)",
         bf16=Peak(707.8, "derived: the AMLA paper (arXiv 2509.25224) reports 614 TFLOPS = 86.8% of peak on Ascend 910 "
-                         "(CloudMatrix384) → 707 TFLOPS; DESIGN.md and notes/amla.md §8 use 707.8e12 "
+                         "(CloudMatrix384) → 707 TFLOPS; DESIGN.md uses 707.8e12 "
                          "(= 48 cube cores × 8192 FLOP/cycle × 1.8 GHz, decomposition unverified)", derived=True),
         int8=Peak(1415.6, "derived: 2 × the bf16 figure (cube int8 MAC rate is twice fp16, HotChips 31)", derived=True),
         fp32=None,

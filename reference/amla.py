@@ -176,7 +176,7 @@ def amla_blockwise(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.T
     Raises ValueError for an unknown ``rescale``/``guard`` or block_kv < 1.
     Source: arXiv 2509.25224 (abstract: FP32/INT32 identity F·2^n = as_fp32(as_int32(F) + n·2^23));
     CANN ops-transformer ``fia_block_vec_nonquant_mla.h`` (AmlaVecCompute, ProcessAmlaNupdate,
-    DealBmm2ResBaseBlock); /work/shared/notes/amla.md §2.
+    DealBmm2ResBaseBlock), the kernel Huawei ships for this algorithm.
     """
     if rescale not in ("amla", "multiply"):
         raise ValueError(f"rescale must be 'amla' or 'multiply', got {rescale!r}")

@@ -1,7 +1,7 @@
 """DeepSeek-V3 "noaux_tc" MoE routing: the golden semantics of ``ds::moe_gating_top_k``.
 
 Mirrors ``torch_npu.npu_moe_gating_top_k`` / ``aclnnMoeGatingTopK`` (CANN ops-transformer
-``moe/moe_gating_top_k``: doc formula and ``tests/assets/golden.py``; notes/ascend_ops.md §4.1) and the
+``moe/moe_gating_top_k``: doc formula and ``tests/assets/golden.py``) and the
 Hugging Face ``DeepseekV3TopkRouter`` (sigmoid, ``e_score_correction_bias``, top-2-sum group score,
 ``norm_topk_prob``, ``routed_scaling_factor``). DESIGN.md §ds::moe_gating_top_k; docs/ops/moe_gating.md.
 

@@ -5,7 +5,7 @@ Golden semantics for ``ds::dynamic_quant``, ``ds::rms_norm_dynamic_quant`` and `
 (DESIGN.md §"SmoothQuant W8A8"; docs/ops/quant.md). Everything is computed in fp32 with the rounding
 points spelled out; the int8×int8 products are accumulated exactly.
 
-Mirrors (torch_npu / CANN, see notes/ascend_ops.md §3):
+Mirrors (torch_npu / CANN; Ascend/op-plugin docs and hicann/ops-nn kernels):
 
 * ``torch_npu.npu_dynamic_quant(x, smooth_scales=s)`` (quant_mode "pertoken", int8 output);
 * ``torch_npu.npu_add_rms_norm_dynamic_quant`` / ``aclnnAddRmsNormDynamicQuant`` (first output only);
@@ -273,8 +273,8 @@ FRACTAL_NZ = 29
 
 def fractal_nz(w: torch.Tensor) -> torch.Tensor:
     """Physical FRACTAL_NZ tiling of a logical [K, N] matrix: Tensor[(ceil(N/n0), ceil(K/16), 16, n0)],
-    zero-padded, with n0 = 32 for 1-byte dtypes and 16 for 2-byte ones (notes/ascend_ops.md §0;
-    vllm-ascend ``transdata``). Element (k, n) lands at ``[n // n0, k // 16, k % 16, n % n0]``.
+    zero-padded, with n0 = 32 for 1-byte dtypes and 16 for 2-byte ones (vllm-ascend
+    ``attention/utils.py::transdata``). Element (k, n) lands at ``[n // n0, k // 16, k % 16, n % n0]``.
     For kernels that take raw NZ buffers; torch_npu users call :func:`pack_weight` instead."""
     if w.dim() != 2:
         raise ValueError(f"w must be 2-D [K, N], got {tuple(w.shape)}")

@@ -552,7 +552,7 @@ def test_fractal_nz_layout(dtype, n0, K, N, gen):
     assert nz.shape == (math.ceil(N / n0), math.ceil(K / 16), 16, n0)
     for k, n in [(0, 0), (K - 1, N - 1), (K // 2, N // 3), (min(K - 1, 17), min(N - 1, 33))]:
         assert nz[n // n0, k // 16, k % 16, n % n0] == w[k, n]
-        if dtype == torch.int8 and K % 16 == 0 and N % n0 == 0:  # the flat offset formula of notes/ascend_ops.md §0
+        if dtype == torch.int8 and K % 16 == 0 and N % n0 == 0:  # the flat offset formula of FRACTAL_NZ (vllm-ascend transdata)
             assert nz.flatten()[32 * k + 32 * K * (n // 32) + n % 32] == w[k, n]
     assert torch.equal(Q.fractal_nz_to_nd(nz, K, N), w)
 
