@@ -1,7 +1,6 @@
 """Correctness check of a backend's outputs against the reference's, for the report's ``check`` column.
 
-The tolerance rows mirror DESIGN §Tolerances and ``tests/tolerances.py`` (perf must not import tests/;
-``tests/test_perf.py`` asserts the two tables are equal). Unlike the test helper this returns a verdict and the
+The tolerance rows are DESIGN §Tolerances (``ops/tolerances.py``, shared with the tests). Unlike the test helper this returns a verdict and the
 measured error instead of raising, so one bad row does not stop the report.
 
 Which row applies to which output:
@@ -21,14 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-# name -> (max cosine difference, max |err| as a fraction of max|ref|) — same numbers as tests/tolerances.py
-TOLERANCES = {
-    "bf16": dict(cos_diff=1e-5, max_rel=2e-2),
-    "fp16": dict(cos_diff=1e-5, max_rel=2e-2),
-    "fp32": dict(rel=1e-5),
-    "lse": dict(abs=1e-5),
-    "int8": dict(lsb=0),
-}
+from ops.tolerances import TOLERANCES, cos_diff  # noqa: E402,F401  (DESIGN §Tolerances, one table)
 
 
 @dataclasses.dataclass
@@ -39,15 +31,6 @@ class Verdict:
     @property
     def label(self) -> str:
         return "PASS" if self.ok else "FAIL"
-
-
-def cos_diff(x: torch.Tensor, y: torch.Tensor) -> float:
-    """1 − 2Σxy / Σ(x² + y²), accumulated in fp64; 0 for identical (also all-zero) inputs."""
-    x, y = x.float().flatten(), y.float().flatten()
-    den = torch.sum(x * x, dtype=torch.float64) + torch.sum(y * y, dtype=torch.float64)
-    if float(den) == 0:
-        return 0.0
-    return float(1 - 2 * torch.sum(x * y, dtype=torch.float64) / den)
 
 
 def _kind_for(t: torch.Tensor, main_kind: str | None) -> str:

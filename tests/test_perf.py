@@ -196,13 +196,11 @@ def test_roofline_metrics_on_h200():
     assert m["pct_achievable"] == pytest.approx(100)
 
 
-def test_tolerances_mirror_tests_table():
-    sys.path.insert(0, os.path.join(REPO, "tests"))
-    try:
-        import tolerances
-    finally:
-        sys.path.pop(0)
-    assert C.TOLERANCES == tolerances.TOLERANCES
+def test_tolerances_are_the_one_design_table():
+    import ops.tolerances
+    import tolerances
+    assert C.TOLERANCES is ops.tolerances.TOLERANCES is tolerances.TOLERANCES
+    assert ops.tolerances.TOLERANCES["bf16"] == {"cos_diff": 1e-5, "max_rel": 2e-2}
 
 
 def test_checker_verdicts():

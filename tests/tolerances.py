@@ -1,25 +1,9 @@
-"""The tolerance table of DESIGN.md §Tolerances and the metrics it uses. One place; every test reads it."""
+"""Test assertions over the DESIGN.md §Tolerances table (ops/tolerances.py): assert_close, poison."""
 from __future__ import annotations
 
 import torch
 
-# name -> (max cosine difference, max |err| as a fraction of max|ref|)
-TOLERANCES = {
-    "bf16": dict(cos_diff=1e-5, max_rel=2e-2),
-    "fp16": dict(cos_diff=1e-5, max_rel=2e-2),
-    "fp32": dict(rel=1e-5),
-    "lse": dict(abs=1e-5),
-    "int8": dict(lsb=0),
-}
-
-
-def cos_diff(x: torch.Tensor, y: torch.Tensor) -> float:
-    """1 − 2Σxy / Σ(x² + y²) in fp64 (DeepGEMM's calc_diff); 0 for identical inputs, also all-zero ones."""
-    x, y = x.double().flatten(), y.double().flatten()
-    den = (x * x + y * y).sum()
-    if den == 0:
-        return 0.0
-    return float(1 - 2 * (x * y).sum() / den)
+from ops.tolerances import TOLERANCES, cos_diff  # noqa: E402,F401  (DESIGN §Tolerances, one table)
 
 
 def assert_close(out: torch.Tensor, ref: torch.Tensor, kind: str = "bf16", *, name: str = "out") -> None:
