@@ -113,7 +113,14 @@ def check_tensor(name: str, t: Any, *, dtypes: Sequence[torch.dtype] | None = No
         if t.dim() not in nd:
             raise ValueError(f"{name} must have {' or '.join(map(str, nd))} dims, got shape {tuple(t.shape)}")
     if shape is not None:
-        if t.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape)):
+        # a plain loop: this runs ~15 times per eager mla_prolog call (a generator in any() costs more)
+        bad = t.dim() != len(shape)
+        if not bad:
+            for s, d in zip(shape, t.shape):
+                if s is not None and s != d:
+                    bad = True
+                    break
+        if bad:
             want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
             raise ValueError(f"{name} must have shape {want}, got {list(t.shape)}")
     if device is not None and t.device != device:
@@ -175,7 +182,10 @@ class Kernel:
 
 
 def _device_type_of(args: Sequence[Any], kwargs: dict) -> str:
-    for a in list(args) + list(kwargs.values()):
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.device.type
+    for a in kwargs.values():
         if isinstance(a, torch.Tensor):
             return a.device.type
     return "cpu"
@@ -209,6 +219,7 @@ class DsOp:
         self.reference = reference
         self.mutates_args = tuple(mutates_args)
         self.signature = _signature_of(reference)
+        self._param_names = tuple(self.signature.parameters)   # for _unit_stride_vectors (per call)
         self.check = check
         self.kernels = list(kernels)
         self.spec = spec
@@ -279,23 +290,39 @@ class DsOp:
     def _unit_stride_vectors(self, args, kwargs):
         """Kernels address 1-D inputs (scales, biases, gammas, seq_lens, cache_index) as ``ptr + i`` and index
         tables (block_table) row by row with a unit inner stride: hand them a contiguous copy when a caller passes
-        a strided view (a few bytes; never a mutated argument, never a float matrix such as a weight)."""
-        def fix(name, a):
-            if not isinstance(a, torch.Tensor) or name in self.mutates_args or a.numel() <= 1:
-                return a
-            small_vector = a.dim() == 1 and a.stride(0) != 1
-            index_table = not a.is_floating_point() and a.dtype != torch.int8 and not a.is_contiguous()
-            return a.contiguous() if small_vector or index_table else a
-        names = list(self.signature.parameters)
-        args = tuple(fix(names[i] if i < len(names) else "", a) for i, a in enumerate(args))
-        kwargs = {k: fix(k, v) for k, v in kwargs.items()}
-        return args, kwargs
+        a strided view (a few bytes; never a mutated argument, never a float matrix such as a weight).
+        Returns ``args`` / ``kwargs`` themselves when nothing needs a copy (the common case)."""
+        names = self._param_names
+        mut = self.mutates_args
+        new_args = None
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and _needs_unit_stride_copy(names[i] if i < len(names) else "", a, mut):
+                if new_args is None:
+                    new_args = list(args)
+                new_args[i] = a.contiguous()
+        new_kwargs = None
+        for k, v in kwargs.items():
+            if isinstance(v, torch.Tensor) and _needs_unit_stride_copy(k, v, mut):
+                if new_kwargs is None:
+                    new_kwargs = dict(kwargs)
+                new_kwargs[k] = v.contiguous()
+        return (args if new_args is None else tuple(new_args)), (kwargs if new_kwargs is None else new_kwargs)
 
     # -- eager fast path ----------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         if torch.compiler.is_compiling():
             return getattr(torch.ops.ds, self.name)(*args, **kwargs)
         return self._run("eager", args, kwargs)
+
+
+def _needs_unit_stride_copy(name: str, a: torch.Tensor, mutates_args: tuple[str, ...]) -> bool:
+    """Whether :meth:`DsOp._unit_stride_vectors` hands the kernel ``a.contiguous()`` instead of ``a``: a strided
+    1-D vector or a non-contiguous integer (non-int8) table with more than one element that is not mutated."""
+    if name in mutates_args or a.numel() <= 1:
+        return False
+    if a.dim() == 1 and a.stride(0) != 1:
+        return True
+    return not a.is_floating_point() and a.dtype != torch.int8 and not a.is_contiguous()
 
 
 def _signature_of(fn: Callable):

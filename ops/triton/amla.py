@@ -67,6 +67,17 @@ _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
 
 
+def _cdiv(x: int, y: int) -> int:
+    """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
+    ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""
+    return (x + (y - 1)) // y
+
+
+def _np2(n: int) -> int:
+    """``triton.next_power_of_2`` for host ints: the smallest power of two ≥ n; 0 for n ≤ 0 (as Triton's bit trick)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 def _empty(shape, dtype, device):
     """Allocation of outputs and split partials (one hook: tests replace it with a NaN-poisoning one)."""
     return torch.empty(shape, dtype=dtype, device=device)
@@ -468,9 +479,37 @@ def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, c
     page: the cache's block_size (None: unknown, taken as a multiple of BLOCK_N). With "flat" addressing a
     key tile must lie in one page: sections with "flat_shrink" (Ascend, interpreter) shrink BLOCK_N to the
     largest power of two ≥ 16 dividing the page, the others (CUDA) fall back to per-key page gathers.
-    Returns dict(BLOCK_M, BLOCK_N, num_warps, num_stages, num_m, num_splits, grid, persistent, skip, round_c,
-    lazy, key, flat, dv_split, ...).
+    Returns a new dict(BLOCK_M, BLOCK_N, num_warps, num_stages, num_m, num_splits, grid, persistent, skip,
+    round_c, lazy, key, flat, dv_split, ...); plans without ``config`` are memoised (see :func:`_plan`).
     """
+    if config:
+        return _make_plan(B, S_q, N, max_keys, device, config, num_splits, page)
+    return dict(_plan(B, S_q, N, max_keys, device, num_splits, page))
+
+
+def _plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, num_splits: int | None,
+          page: int | None) -> dict:
+    """:func:`launch_plan` without ``config``, memoised on everything it depends on: the shapes, num_splits, page,
+    the config section (``_backend_key(device)``) and the resolved core count (the section's, else the CUDA
+    device's SM count). Shared: never modify the result."""
+    key = _backend_key(device)
+    cores = load_configs()[key]["cores"]
+    if not cores:
+        cores = _sm_count("cuda", torch.cuda.current_device() if device.index is None else device.index) \
+            if device.type == "cuda" else 1
+    return _cached_plan(B, S_q, N, max_keys, key, cores, num_splits, page)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _cached_plan(B: int, S_q: int, N: int, max_keys: int, key: str, cores: int, num_splits: int | None,
+                 page: int | None) -> dict:
+    # the device is not read once key and cores are given
+    return _make_plan(B, S_q, N, max_keys, None, {"key": key, "cores": cores}, num_splits, page)
+
+
+def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | None, config: dict | None,
+               num_splits: int | None, page: int | None) -> dict:
+    """:func:`launch_plan`'s body (uncached)."""
     config = dict(config or {})
     key = config.pop("key", None) or _backend_key(device)
     sect = dict(load_configs()[key])
@@ -611,7 +650,8 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         block_table = torch.zeros((B, 1), dtype=torch.int32, device=dev)
     if page <= 0:
         page = 1
-    plan = launch_plan(B, S_q, N, max_keys, dev, config, num_splits, page=page)
+    plan = _make_plan(B, S_q, N, max_keys, dev, config, num_splits, page) if config else \
+        _plan(B, S_q, N, max_keys, dev, num_splits, page)
     ns = plan["num_splits"]
     qn_st = [q_nope.stride(0), q_nope.stride(1), q_nope.stride(2)]
     qr_st = [q_rope.stride(0), q_rope.stride(1), q_rope.stride(2)]
@@ -630,7 +670,7 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
     else:
         opart, lsepart = out, lse     # unused
     LAST_LAUNCH.clear()
-    LAST_LAUNCH["plan"] = plan
+    LAST_LAUNCH["plan"] = dict(plan)   # a copy: the memoised plan is shared
     LAST_LAUNCH["fwd"] = _amla_fwd_kernel[(plan["grid"],)](
         q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, out, lse, opart, lsepart,
         *qn_st, *qr_st,
@@ -647,7 +687,7 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         LAST_LAUNCH["merge"] = _amla_merge_kernel[(plan["merge_grid"],)](
             opart, lsepart, out, lse, out.stride(0), out.stride(1), out.stride(2),
             lse.stride(0), lse.stride(1), lse.stride(2), N, rows, ns, plan["merge_total"],
-            D_V=D_V, SPLITS_P2=triton.next_power_of_2(ns), PERSISTENT=plan["persistent"],
+            D_V=D_V, SPLITS_P2=_np2(ns), PERSISTENT=plan["persistent"],
             num_warps=plan["merge_warps"])
     return out, lse
 
@@ -721,7 +761,7 @@ def ascend_compile_cases() -> list[dict]:
         sig = {"opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "out_ptr": f"*{dt}", "lse_ptr": "*fp32"}
         sig.update({k: "i32" for k in ["so_b", "so_s", "so_h", "sl_b", "sl_s", "N", "ROWS", "NUM_SPLITS",
                                        "TOTAL_WORK"]})
-        const = dict(sl_h=1, D_V=512, SPLITS_P2=triton.next_power_of_2(sect["max_splits"]), PERSISTENT=True)
+        const = dict(sl_h=1, D_V=512, SPLITS_P2=_np2(sect["max_splits"]), PERSISTENT=True)
         sig.update({k: "constexpr" for k in const})
         cases.append(dict(name=f"amla_merge_{dt}", fn=_amla_merge_kernel, signature=sig, constexprs=const))
     return cases

@@ -50,6 +50,7 @@ import functools
 import json
 import math
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -57,6 +58,17 @@ import triton.language as tl
 
 _CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "mla_prolog.json")
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _cdiv(x: int, y: int) -> int:
+    """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
+    ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""
+    return (x + (y - 1)) // y
+
+
+def _np2(n: int) -> int:
+    """``triton.next_power_of_2`` for host ints: the smallest power of two ≥ n; 0 for n ≤ 0 (as Triton's bit trick)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -553,7 +565,7 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
 # launcher
 # ==============================================================================================
 def _p2(n: int, lo: int = 16) -> int:
-    return max(lo, triton.next_power_of_2(max(int(n), 1)))
+    return max(lo, _np2(max(int(n), 1)))
 
 
 def _flat_scale(s: torch.Tensor | None, expand_to: int = 0) -> tuple[torch.Tensor | None, int]:
@@ -579,26 +591,45 @@ def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: 
     ``overrides`` = {"down": {...}, "query": {...}, "row": {...}} replaces bucket entries (perf sweeps);
     ``cores`` overrides the core count (default: the config's, or the device's SM count); ``act_bytes`` is
     the element size of the float activation dtype (fp32 operands need more shared memory per stage:
-    where the config has ``smem_bytes``, num_stages is lowered until the estimate fits)."""
+    where the config has ``smem_bytes``, num_stages is lowered until the estimate fits).
+    Returns a new dict (the caller may change it); plans without overrides are memoised per (shapes, int8
+    flags, config table, core count, act_bytes) — everything they depend on."""
     key = backend_key or _backend_key(device)
+    cores = cores or _cores(_all_configs()[key], device)
+    if overrides:
+        return _make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, bool(int8_down), bool(int8_query), act_bytes,
+                          overrides)
+    p = _cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, bool(int8_down), bool(int8_query), act_bytes)
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in p.items()}
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _cached_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int,
+                 int8_down: bool, int8_query: bool, act_bytes: int) -> dict:
+    """:func:`_make_plan` without overrides, memoised; the result is shared: never modify it."""
+    return _make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, int8_down, int8_query, act_bytes, None)
+
+
+def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int,
+               int8_down: bool, int8_query: bool, act_bytes: int, overrides: dict | None) -> dict:
+    """:func:`plan` for a resolved config table ``key`` and core count."""
     cfg = _all_configs()[key]
     ov = overrides or {}
-    cores = cores or _cores(cfg, device)
     # --- down GEMM ---
     dc = cfg["down"]
     d = dict(_bucket(T, dc["buckets_int8" if int8_down and "buckets_int8" in dc else "buckets"]))
     d.update(ov.get("down", {}))
     bm, bn, bk = int(d["BLOCK_M"]), int(d["BLOCK_N"]), int(d["BLOCK_K"])
     Ckv = Hckv + Dr
-    tiles = (triton.cdiv(Hcq, bn) + triton.cdiv(Ckv, bn)) * triton.cdiv(T, bm)
+    tiles = (_cdiv(Hcq, bn) + _cdiv(Ckv, bn)) * _cdiv(T, bm)
     sk = d.get("split_k", "auto")
     if sk == "auto":
         target = int(float(dc.get("programs_per_core", 2)) * cores)
         sk = max(1, target // max(tiles, 1))
         sk = min(sk, int(dc["max_split_k"]), max(1, He // int(dc["min_k_per_split"])))
     sk = max(1, int(sk))
-    k_per = triton.cdiv(triton.cdiv(He, sk), bk) * bk
-    sk = triton.cdiv(He, k_per)
+    k_per = _cdiv(_cdiv(He, sk), bk) * bk
+    sk = _cdiv(He, k_per)
     d.update(SPLIT_K=sk, K_PER_SPLIT=k_per, EVEN_K=(He % k_per == 0 and k_per % bk == 0),
              grid=_grid(tiles * sk, int(dc.get("grid_cap", 0))))
     smem = int(cfg.get("smem_bytes", 0))
@@ -615,7 +646,7 @@ def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: 
     qbm, qbk = int(q["BLOCK_M"]), int(q["BLOCK_K"])
     bd, br, bc = _p2(D), _p2(Dr), int(q["BLOCK_C"])
     q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0),
-             grid=_grid(N * triton.cdiv(T, qbm), int(qc.get("grid_cap", 0))))
+             grid=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))))
     eb = 1 if int8_query else act_bytes
     epi = (bd * bc + qbm * bd + 2 * br * br + qbm * br) * act_bytes
     q["num_stages"] = _fit_stages(int(q.get("num_stages", 1)), (qbm * qbk + qbk * (bd + br)) * eb, epi, smem)
@@ -628,6 +659,52 @@ def _fit_stages(stages: int, per_stage: int, epilogue: int, smem: int) -> int:
     while smem > 0 and stages > 1 and (stages - 1) * per_stage + epilogue > smem:
         stages -= 1
     return stages
+
+
+class _Launch(NamedTuple):
+    """Everything of the three launches that depends only on shapes, dtypes and the plan (grids, SPLIT_K,
+    constexprs, num_warps / num_stages), in the keyword order the launcher passes them."""
+    asc: bool
+    split_k: int
+    k_per_split: int
+    down_grid: tuple
+    down_kw: dict
+    row_grid: tuple
+    row_kw: dict
+    query_grid: tuple
+    query_kw: dict
+
+
+def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool,
+                 on_cuda: bool) -> _Launch:
+    asc = p["backend_key"] == "ascend"
+    d, r, q = p["down"], p["row"], p["query"]
+    down_kw = dict(INT8=full, IEEE=ieee, EVEN_K=d["EVEN_K"],
+                   BLOCK_M=int(d["BLOCK_M"]), BLOCK_N=int(d["BLOCK_N"]), BLOCK_K=int(d["BLOCK_K"]),
+                   ASCEND=asc, num_warps=int(d["num_warps"]))
+    if on_cuda:
+        down_kw["num_stages"] = int(d["num_stages"])
+    row_kw = dict(SPLIT_K=d["SPLIT_K"], INT8=full, QUANT_CQ=qint8, HAS_SMOOTH=qint8 and has_smooth, KV_INT8=kv8,
+                  KR_INT8=kr8, BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], ASCEND=asc,
+                  num_warps=int(r["num_warps"]))
+    query_kw = dict(INT8=qint8, Q8=full and kv8, IEEE=ieee, EVEN_K=q["EVEN_K"],
+                    BLOCK_M=int(q["BLOCK_M"]), BLOCK_K=int(q["BLOCK_K"]), BLOCK_D=q["BLOCK_D"], BLOCK_R=q["BLOCK_R"],
+                    BLOCK_C=int(q["BLOCK_C"]), ASCEND=asc, num_warps=int(q["num_warps"]))
+    if on_cuda:
+        query_kw["num_stages"] = int(q["num_stages"])
+    return _Launch(asc, d["SPLIT_K"], d["K_PER_SPLIT"], (d["grid"],), down_kw, (r["grid"],), row_kw,
+                   (q["grid"],), query_kw)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _cached_launch(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int, full: bool,
+                   qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool, act_bytes: int,
+                   on_cuda: bool) -> _Launch:
+    """The launch constants for a call without overrides, memoised on everything they depend on: shapes, the
+    mode flags (int8 x / W_UQ_QR / kv / kr caches, smooth scales), fp32 activations, config table, core count
+    and whether the device is CUDA. Shared: its dicts are only ever unpacked into launches (``**``)."""
+    return _make_launch(_cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, act_bytes),
+                        full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
 
 
 def supports_reason(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq, rmsnorm_gamma_ckv,
@@ -731,10 +808,18 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     if T == 0:
         return query, query_rope, dsq
 
-    p = plan(T, He, Hcq, N, D, Dr, Hckv, dev, int8_down=full, int8_query=qint8, backend_key=backend_key,
-             overrides=overrides, act_bytes=dt.itemsize)
+    key = backend_key or _backend_key(dev)
+    cores = _cores(_all_configs()[key], dev)
+    has_smooth = smooth_scales_cq is not None
     ieee = dt == torch.float32
-    asc = p["backend_key"] == "ascend"
+    on_cuda = dev.type == "cuda"
+    if overrides:
+        lp = _make_launch(_make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, dt.itemsize, overrides),
+                          full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
+    else:
+        lp = _cached_launch(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, kv8, kr8, has_smooth, ieee,
+                            dt.itemsize, on_cuda)
+    asc = lp.asc
     x = token_x.reshape(T, He)
     sin = rope_sin.reshape(T, Dr)
     cos = rope_cos.reshape(T, Dr)
@@ -750,22 +835,14 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         kv_w, kr_w = _unit_inner(kv_cache), _unit_inner(kr_cache)   # written back below when copied
 
     # ---- 1. down GEMM ----
-    d = p["down"]
     Ckv = Hckv + Dr
     CT = Hcq + Ckv
-    ws = torch.empty((d["SPLIT_K"], T, CT), dtype=torch.int32 if full else torch.float32, device=dev)
-    kw = dict(num_warps=int(d["num_warps"]))
-    if dev.type == "cuda":
-        kw["num_stages"] = int(d["num_stages"])
-    _down_kernel[(d["grid"],)](x, weight_dq, weight_dkv_kr, ws, T, He, Hcq, Ckv, d["K_PER_SPLIT"], d["SPLIT_K"],
+    ws = torch.empty((lp.split_k, T, CT), dtype=torch.int32 if full else torch.float32, device=dev)
+    _down_kernel[lp.down_grid](x, weight_dq, weight_dkv_kr, ws, T, He, Hcq, Ckv, lp.k_per_split, lp.split_k,
                                x.stride(0), x.stride(1), weight_dq.stride(0), weight_dq.stride(1),
-                               weight_dkv_kr.stride(0), weight_dkv_kr.stride(1),
-                               INT8=full, IEEE=ieee, EVEN_K=d["EVEN_K"],
-                               BLOCK_M=int(d["BLOCK_M"]), BLOCK_N=int(d["BLOCK_N"]), BLOCK_K=int(d["BLOCK_K"]),
-                               ASCEND=asc, **kw)
+                               weight_dkv_kr.stride(0), weight_dkv_kr.stride(1), **lp.down_kw)
 
     # ---- 2. row kernel ----
-    r = p["row"]
     if qint8:
         cqn = torch.empty((T, Hcq), dtype=torch.int8, device=dev)
         cqs = torch.empty((T,), dtype=torch.float32, device=dev)
@@ -779,7 +856,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     smooth, _ = _flat_scale(smooth_scales_cq)
     f32_dummy = rmsnorm_gamma_cq  # stands in for absent pointers (never read)
     nb, bs = kv_cache.shape[0], kv_cache.shape[1]
-    _row_kernel[(r["grid"],)](
+    _row_kernel[lp.row_grid](
         ws, weight_uk, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
         rmsnorm_gamma_cq, rmsnorm_gamma_ckv, smooth if smooth is not None else rmsnorm_gamma_cq,
         sin, cos, idx, kv_w, kr_w, qsckv if kv8 else rmsnorm_gamma_cq, qsckr if kr8 else rmsnorm_gamma_cq,
@@ -787,23 +864,17 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1), idx.stride(0),
         kv_w.stride(0), kv_w.stride(1), kv_w.stride(3), kr_w.stride(0), kr_w.stride(1),
         kr_w.stride(3), s_qsckv, s_qsckr, cqn.stride(0), float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv),
-        SPLIT_K=d["SPLIT_K"], INT8=full, QUANT_CQ=qint8, HAS_SMOOTH=qint8 and smooth is not None, KV_INT8=kv8,
-        KR_INT8=kr8, BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], ASCEND=asc,
-        num_warps=int(r["num_warps"]))
+        **lp.row_kw)
     if kv_w is not kv_cache:
         kv_cache.copy_(kv_w)
     if kr_w is not kr_cache:
         kr_cache.copy_(kr_w)
 
     # ---- 3. query GEMM + absorption + RoPE ----
-    q = p["query"]
     wsuq, _ = _flat_scale(dequant_scale_w_uq_qr)
     q2 = query.reshape(T, N, Hckv)
     qr2 = query_rope.reshape(T, N, Dr)
-    kw = dict(num_warps=int(q["num_warps"]))
-    if dev.type == "cuda":
-        kw["num_stages"] = int(q["num_stages"])
-    _query_kernel[(q["grid"],)](
+    _query_kernel[lp.query_grid](
         cqn, cqs, weight_uq_qr, wsuq if qint8 else rmsnorm_gamma_cq, weight_uk, sin, cos,
         quant_scale_ckv if q8 else rmsnorm_gamma_cq, q2, qr2, dsq if q8 else cqs,
         T, Hcq, N, D, Dr, Hckv,
@@ -811,9 +882,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         weight_uk.stride(0), weight_uk.stride(1), weight_uk.stride(2),
         sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1),
         q2.stride(0), q2.stride(1), qr2.stride(0), qr2.stride(1),
-        INT8=qint8, Q8=q8, IEEE=ieee, EVEN_K=q["EVEN_K"],
-        BLOCK_M=int(q["BLOCK_M"]), BLOCK_K=int(q["BLOCK_K"]), BLOCK_D=q["BLOCK_D"], BLOCK_R=q["BLOCK_R"],
-        BLOCK_C=int(q["BLOCK_C"]), ASCEND=asc, **kw)
+        **lp.query_kw)
     return query, query_rope, dsq
 
 

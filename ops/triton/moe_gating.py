@@ -35,6 +35,17 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_EXPERTS = 1024
 
 
+def _cdiv(x: int, y: int) -> int:
+    """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
+    ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""
+    return (x + (y - 1)) // y
+
+
+def _np2(n: int) -> int:
+    """``triton.next_power_of_2`` for host ints: the smallest power of two ≥ n; 0 for n ≤ 0 (as Triton's bit trick)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 @functools.lru_cache(maxsize=None)
 def _all_configs() -> dict:
     with open(_CONFIG_PATH) as f:
@@ -138,7 +149,7 @@ def supports_reason_moe_gating_top_k(x, k, *, bias=None, k_group=1, group_count=
     if group_count < 1 or E % group_count:
         return "group_count must divide E"
     gs = E // group_count
-    if triton.next_power_of_2(group_count) * triton.next_power_of_2(gs) > MAX_EXPERTS:
+    if _np2(group_count) * _np2(gs) > MAX_EXPERTS:
         return f"E = {E} in {group_count} groups pads to more than {MAX_EXPERTS} experts (one tile per row)"
     if not 1 <= k <= gs * k_group:
         return "k must be in [1, k_group · E / group_count]"
@@ -182,24 +193,45 @@ def moe_gating_top_k_config(x: torch.Tensor, k: int, *, bias: torch.Tensor | Non
         return y, idx, norm_out
     if x.stride(1) != 1:
         x = x.contiguous()
+    key = backend_key or _backend_key(dev)
+    if config:
+        grid, kw = _make_launch(T, E, k, k_group, group_count, group_select_mode, renorm, norm_type,
+                                bias is not None, key, config)
+    else:
+        grid, kw = _cached_launch(T, E, k, k_group, group_count, group_select_mode, renorm, norm_type,
+                                  bias is not None, key)
+    _moe_gating_kernel[grid](
+        x, bias if bias is not None else x, y, idx, norm_out, T, x.stride(0),
+        float(routed_scaling_factor), float(eps), **kw)
+    return y, idx, norm_out
+
+
+def _make_launch(T: int, E: int, k: int, k_group: int, group_count: int, group_select_mode: int, renorm: int,
+                 norm_type: int, has_bias: bool, key: str, config: dict | None) -> tuple[tuple, dict]:
+    """(grid, constexprs + num_warps) of the launch: from shapes, the integer options and the config only."""
     G = group_count
     GS = E // G
-    g_pad, gs_pad = triton.next_power_of_2(G), triton.next_power_of_2(GS)
-    cfg = {**_all_configs()[backend_key or _backend_key(dev)], **(config or {})}
+    g_pad, gs_pad = _np2(G), _np2(GS)
+    cfg = {**_all_configs()[key], **(config or {})}
     block_t = max(1, min(int(cfg["tile_elems"]) // (g_pad * gs_pad), int(cfg["max_block_t"]),
-                         triton.next_power_of_2(T)))
+                         _np2(T)))
     block_t = int(cfg.get("BLOCK_T", block_t))
-    block_t = triton.next_power_of_2(block_t) if block_t & (block_t - 1) else block_t
-    n_blocks = triton.cdiv(T, block_t)
+    block_t = _np2(block_t) if block_t & (block_t - 1) else block_t
+    n_blocks = _cdiv(T, block_t)
     cap = int(cfg["grid_cap"])
     grid = min(n_blocks, cap) if cap > 0 else n_blocks
-    _moe_gating_kernel[(grid,)](
-        x, bias if bias is not None else x, y, idx, norm_out, T, x.stride(0),
-        float(routed_scaling_factor), float(eps),
-        E=E, G=G, GS=GS, G_PAD=g_pad, GS_PAD=gs_pad, K=k, K_PAD=triton.next_power_of_2(k), KG=k_group if G > 1 else 1,
-        GROUP_MODE=group_select_mode, SIGMOID=norm_type == 1, RENORM=(norm_type == 1 or renorm == 1),
-        HAS_BIAS=bias is not None, BLOCK_T=block_t, num_warps=int(cfg["num_warps"]))
-    return y, idx, norm_out
+    kw = dict(E=E, G=G, GS=GS, G_PAD=g_pad, GS_PAD=gs_pad, K=k, K_PAD=_np2(k), KG=k_group if G > 1 else 1,
+              GROUP_MODE=group_select_mode, SIGMOID=norm_type == 1, RENORM=(norm_type == 1 or renorm == 1),
+              HAS_BIAS=has_bias, BLOCK_T=block_t, num_warps=int(cfg["num_warps"]))
+    return (grid,), kw
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _cached_launch(T: int, E: int, k: int, k_group: int, group_count: int, group_select_mode: int, renorm: int,
+                   norm_type: int, has_bias: bool, key: str) -> tuple[tuple, dict]:
+    """:func:`_make_launch` for the config table ``key``, memoised on every argument (shared: the dict is only
+    unpacked into the launch)."""
+    return _make_launch(T, E, k, k_group, group_count, group_select_mode, renorm, norm_type, has_bias, key, None)
 
 
 def ascend_compile_cases() -> list[dict]:
@@ -217,7 +249,7 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                                                 ("softmax_flat_e64", 64, 1, 1, 6, 0, False, False),
                                                 ("sigmoid_e512_g16", 512, 16, 4, 8, 1, True, True)):
         gs = E // G
-        g_pad, gs_pad = triton.next_power_of_2(G), triton.next_power_of_2(gs)
+        g_pad, gs_pad = _np2(G), _np2(gs)
         block_t = max(1, min(int(cfg["tile_elems"]) // (g_pad * gs_pad), int(cfg["max_block_t"])))
         for dt in ("*bf16", "*fp16", "*fp32"):
             cases.append(dict(
@@ -228,7 +260,7 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                            "K": "constexpr", "K_PAD": "constexpr", "KG": "constexpr", "GROUP_MODE": "constexpr",
                            "SIGMOID": "constexpr", "RENORM": "constexpr", "HAS_BIAS": "constexpr",
                            "BLOCK_T": "constexpr"},
-                constexprs=dict(E=E, G=G, GS=gs, G_PAD=g_pad, GS_PAD=gs_pad, K=K, K_PAD=triton.next_power_of_2(K),
+                constexprs=dict(E=E, G=G, GS=gs, G_PAD=g_pad, GS_PAD=gs_pad, K=K, K_PAD=_np2(K),
                                 KG=KG if G > 1 else 1, GROUP_MODE=mode, SIGMOID=sig, RENORM=renorm, HAS_BIAS=True,
                                 BLOCK_T=block_t), num_warps=int(cfg["num_warps"])))
     return cases

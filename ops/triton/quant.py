@@ -47,6 +47,17 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
+def _cdiv(x: int, y: int) -> int:
+    """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
+    ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""
+    return (x + (y - 1)) // y
+
+
+def _np2(n: int) -> int:
+    """``triton.next_power_of_2`` for host ints: the smallest power of two ≥ n; 0 for n ≤ 0 (as Triton's bit trick)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 @functools.lru_cache(maxsize=None)
 def _all_configs() -> dict:
     with open(_CONFIG_PATH) as f:
@@ -254,13 +265,19 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
 
 
 def _row_launch(op: str, M: int, K: int, device: torch.device) -> tuple[int, int, bool, int, int, bool]:
-    """(BLOCK_M, BLOCK_K, SINGLE, grid, num_warps, FLAT_I8) for a row-wise quant kernel."""
-    cfg = _config(op, device)
-    kp = triton.next_power_of_2(max(K, 1))
+    """(BLOCK_M, BLOCK_K, SINGLE, grid, num_warps, FLAT_I8) for a row-wise quant kernel (memoised per op, M, K
+    and config table)."""
+    return _cached_row_launch(op, M, K, _backend_key(device))
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _cached_row_launch(op: str, M: int, K: int, key: str) -> tuple[int, int, bool, int, int, bool]:
+    cfg = _all_configs()[key][op]
+    kp = _np2(max(K, 1))
     block_k = min(kp, int(cfg["max_block_k"]))
     single = kp <= int(cfg["max_block_k"])
-    block_m = max(1, min(int(cfg["tile_elems"]) // block_k, triton.next_power_of_2(max(M, 1)), 64))
-    n_blocks = triton.cdiv(M, block_m)
+    block_m = max(1, min(int(cfg["tile_elems"]) // block_k, _np2(max(M, 1)), 64))
+    n_blocks = _cdiv(M, block_m)
     return (block_m, block_k, single, _grid(n_blocks, int(cfg["grid_cap"])), int(cfg["num_warps"]),
             bool(cfg.get("flat_int8_store", False)))
 
@@ -474,27 +491,49 @@ def _bucket(M: int, cfg: dict) -> dict:
     return cfg["buckets"][-1]
 
 
-def _choose_split(M: int, N: int, K: int, b: dict, cfg: dict, device: torch.device) -> tuple[int, int]:
-    """(SPLIT_K, K_PER_SPLIT); K_PER_SPLIT is a multiple of BLOCK_K."""
+def _choose_split(M: int, N: int, K: int, b: dict, cfg: dict, device: torch.device | None,
+                  target: int | None = None) -> tuple[int, int]:
+    """(SPLIT_K, K_PER_SPLIT); K_PER_SPLIT is a multiple of BLOCK_K. ``target``: the split target already
+    resolved for the device (else :func:`_split_target` of ``device``)."""
     bk = int(b["BLOCK_K"])
-    tiles = triton.cdiv(M, int(b["BLOCK_M"])) * triton.cdiv(N, int(b["BLOCK_N"]))
+    tiles = _cdiv(M, int(b["BLOCK_M"])) * _cdiv(N, int(b["BLOCK_N"]))
     sk = b.get("split_k", "auto")
     if sk == "auto":
-        target = _split_target(cfg, device)
+        if target is None:
+            target = _split_target(cfg, device)
         sk = max(1, target // max(tiles, 1))
         sk = min(sk, int(cfg["max_split_k"]), max(1, K // int(cfg["min_k_per_split"])))
     sk = max(1, int(sk))
-    k_per = triton.cdiv(triton.cdiv(K, sk), bk) * bk
-    sk = triton.cdiv(K, k_per) if K > 0 else 1
+    k_per = _cdiv(_cdiv(K, sk), bk) * bk
+    sk = _cdiv(K, k_per) if K > 0 else 1
     return sk, k_per
 
 
 def plan_quant_matmul(M: int, N: int, K: int, device: torch.device, config: dict | None = None, *,
                       backend_key: str | None = None) -> dict:
-    """The launch plan the launcher would use (bucket + SPLIT_K + K_PER_SPLIT); ``config`` overrides the bucket."""
-    cfg = _all_configs()[backend_key or _backend_key(device)]["quant_matmul"]
+    """The launch plan the launcher would use (bucket + SPLIT_K + K_PER_SPLIT); ``config`` overrides the bucket.
+    Returns a new dict; plans from the table (``config`` None) are memoised."""
+    key = backend_key or _backend_key(device)
+    if config is not None:
+        return _make_qmm_plan(M, N, K, key, config, device)
+    return dict(_qmm_plan(M, N, K, key, device))
+
+
+def _qmm_plan(M: int, N: int, K: int, key: str, device: torch.device) -> dict:
+    """The table's plan, memoised on (M, N, K, config table, split target); shared: never modify it."""
+    return _cached_qmm_plan(M, N, K, key, _split_target(_all_configs()[key]["quant_matmul"], device))
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _cached_qmm_plan(M: int, N: int, K: int, key: str, target: int) -> dict:
+    return _make_qmm_plan(M, N, K, key, None, None, target)
+
+
+def _make_qmm_plan(M: int, N: int, K: int, key: str, config: dict | None, device: torch.device | None,
+                   target: int | None = None) -> dict:
+    cfg = _all_configs()[key]["quant_matmul"]
     b = dict(config) if config is not None else dict(_bucket(M, cfg))
-    sk, k_per = _choose_split(M, N, K, b, cfg, device)
+    sk, k_per = _choose_split(M, N, K, b, cfg, device, target)
     b.update(SPLIT_K=sk, K_PER_SPLIT=k_per)
     return b
 
@@ -544,10 +583,10 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     dev = x_int8.device
     key = backend_key or _backend_key(dev)
     cfg = _all_configs()[key]["quant_matmul"]
-    plan = plan_quant_matmul(M, N, K, dev, config, backend_key=key)
+    plan = _make_qmm_plan(M, N, K, key, config, dev) if config is not None else _qmm_plan(M, N, K, key, dev)
     sk, k_per = plan["SPLIT_K"], plan["K_PER_SPLIT"]
     bm, bn, bk = int(plan["BLOCK_M"]), int(plan["BLOCK_N"]), int(plan["BLOCK_K"])
-    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    tiles = _cdiv(M, bm) * _cdiv(N, bn)
     grid = _grid(tiles * sk, int(cfg.get("grid_cap", 0)))
     has_bias = bias is not None
     bias_arg = bias if has_bias else weight_scale
@@ -572,7 +611,7 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     if sk > 1:
         e = cfg["epilogue"]
         ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
-        etiles = triton.cdiv(M, ebm) * triton.cdiv(N, ebn)
+        etiles = _cdiv(M, ebm) * _cdiv(N, ebn)
         _qmm_epilogue_kernel[(_grid(etiles, int(e.get("grid_cap", 0))),)](
             part, weight_scale, x_scale, bias_arg, out, M, N, sk, out.stride(0),
             HAS_BIAS=has_bias, BLOCK_M=ebm, BLOCK_N=ebn, num_warps=int(e["num_warps"]))
