@@ -51,14 +51,14 @@ Launch configs live in ops/triton/configs/amla.json ("cuda", "ascend", "interpre
 from __future__ import annotations
 
 import functools
-import json
 import math
-import os
 import pathlib
 
 import torch
 import triton
 import triton.language as tl
+
+from ._common import load_configs as _load_configs, next_power_of_2 as _np2
 
 __all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan"]
 
@@ -67,15 +67,6 @@ _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
 
 
-def _cdiv(x: int, y: int) -> int:
-    """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
-    ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""
-    return (x + (y - 1)) // y
-
-
-def _np2(n: int) -> int:
-    """``triton.next_power_of_2`` for host ints: the smallest power of two ≥ n; 0 for n ≤ 0 (as Triton's bit trick)."""
-    return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
 def _empty(shape, dtype, device):
@@ -439,11 +430,9 @@ def _amla_merge_kernel(opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_
 # ==============================================================================================
 # launcher
 # ==============================================================================================
-@functools.lru_cache(maxsize=None)
 def load_configs() -> dict:
     """The launch configs of ops/triton/configs/amla.json (keys "cuda", "ascend", "interpreter")."""
-    with open(_CONFIG_PATH) as f:
-        return json.load(f)
+    return _load_configs("amla")
 
 
 def _backend_key(device: torch.device) -> str:

@@ -47,7 +47,6 @@ given (row-major [K, N]); int8 weights K-major on CUDA (Hopper's 8-bit MMA wants
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 from typing import NamedTuple
@@ -56,25 +55,16 @@ import torch
 import triton
 import triton.language as tl
 
+from ._common import cdiv as _cdiv, next_power_of_2 as _np2, load_configs, sm_count as _sm_count
+
 _CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "mla_prolog.json")
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _cdiv(x: int, y: int) -> int:
-    """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
-    ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""
-    return (x + (y - 1)) // y
 
 
-def _np2(n: int) -> int:
-    """``triton.next_power_of_2`` for host ints: the smallest power of two ≥ n; 0 for n ≤ 0 (as Triton's bit trick)."""
-    return 1 << (n - 1).bit_length() if n > 0 else 0
-
-
-@functools.lru_cache(maxsize=None)
 def _all_configs() -> dict:
-    with open(_CONFIG_PATH) as f:
-        return json.load(f)
+    return load_configs("mla_prolog")
 
 
 def _backend_key(device: torch.device) -> str:
@@ -82,9 +72,6 @@ def _backend_key(device: torch.device) -> str:
     return "cuda" if device.type == "cuda" else "ascend"
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _cores(cfg: dict, device: torch.device) -> int:

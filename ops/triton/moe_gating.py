@@ -23,33 +23,23 @@ No host synchronisation; T = 0 returns empty outputs without a launch.
 from __future__ import annotations
 
 import functools
-import json
 import os
 
 import torch
 import triton
 import triton.language as tl
 
+from ._common import cdiv as _cdiv, next_power_of_2 as _np2, load_configs
+
 _CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "moe_gating.json")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_EXPERTS = 1024
 
 
-def _cdiv(x: int, y: int) -> int:
-    """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
-    ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""
-    return (x + (y - 1)) // y
 
 
-def _np2(n: int) -> int:
-    """``triton.next_power_of_2`` for host ints: the smallest power of two ≥ n; 0 for n ≤ 0 (as Triton's bit trick)."""
-    return 1 << (n - 1).bit_length() if n > 0 else 0
-
-
-@functools.lru_cache(maxsize=None)
 def _all_configs() -> dict:
-    with open(_CONFIG_PATH) as f:
-        return json.load(f)
+    return load_configs("moe_gating")
 
 
 def _backend_key(device: torch.device) -> str:

@@ -33,13 +33,13 @@ contiguous and pass its ``.t()``. ``reference.quant.pack_weight`` produces that 
 from __future__ import annotations
 
 import functools
-import json
-import math
 import os
 
 import torch
 import triton
 import triton.language as tl
+
+from ._common import cdiv as _cdiv, next_power_of_2 as _np2, load_configs, sm_count as _sm_count
 
 _CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "quant.json")
 _MAGIC = 12582912.0  # 1.5 * 2**23: adding and subtracting it rounds an fp32 |v| < 2**22 half-to-even
@@ -47,21 +47,10 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _cdiv(x: int, y: int) -> int:
-    """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
-    ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""
-    return (x + (y - 1)) // y
 
 
-def _np2(n: int) -> int:
-    """``triton.next_power_of_2`` for host ints: the smallest power of two ≥ n; 0 for n ≤ 0 (as Triton's bit trick)."""
-    return 1 << (n - 1).bit_length() if n > 0 else 0
-
-
-@functools.lru_cache(maxsize=None)
 def _all_configs() -> dict:
-    with open(_CONFIG_PATH) as f:
-        return json.load(f)
+    return load_configs("quant")
 
 
 def _backend_key(device: torch.device) -> str:
@@ -73,9 +62,6 @@ def _config(op: str, device: torch.device) -> dict:
     return _all_configs()[_backend_key(device)][op]
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _split_target(cfg: dict, device: torch.device) -> int:

@@ -1,0 +1,34 @@
+"""Host-side helpers shared by the Triton launchers: launch-config files, rounding helpers, SM counts."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import torch
+
+CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
+
+
+@functools.lru_cache(maxsize=None)
+def load_configs(op: str) -> dict:
+    """The launch configs of ``ops/triton/configs/<op>.json`` (sections keyed by backend: "cuda", "ascend", ...)."""
+    with open(os.path.join(CONFIG_DIR, op + ".json")) as f:
+        return json.load(f)
+
+
+def cdiv(x: int, y: int) -> int:
+    """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
+    ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""
+    return (x + (y - 1)) // y
+
+
+def next_power_of_2(n: int) -> int:
+    """``triton.next_power_of_2`` for host ints: the smallest power of two ≥ n; 0 for n ≤ 0 (as Triton's bit trick)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(index: int) -> int:
+    """Streaming multiprocessors of CUDA device ``index`` (queried once)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
