@@ -19,7 +19,7 @@ from hypothesis import example, given, settings, strategies as st
 import ops
 from ops import mla_prolog as M
 from reference.deepseek import rope_sin_cos
-from tests.tolerances import assert_close
+from tests.tolerances import assert_close, poisoned_empty
 
 from tests.conftest import requires_triton
 
@@ -31,22 +31,10 @@ DEV = "cuda" if CUDA else "cpu"
 DT = torch.bfloat16 if CUDA else torch.float16       # the interpreter's bf16 tl.dot is wrong
 KIND = "bf16" if CUDA else "fp16"
 
-_EMPTY = torch.empty
-
-
-def _poisoned_empty(*args, **kwargs):
-    t = _EMPTY(*args, **kwargs)
-    if t.is_floating_point():
-        t.fill_(float("nan"))
-    elif t.dtype != torch.bool:
-        t.fill_(torch.iinfo(t.dtype).min)
-    return t
-
-
 @pytest.fixture(autouse=True)
 def _poison(monkeypatch):
     """Kernel outputs and workspaces start as NaN / INT_MIN."""
-    monkeypatch.setattr(torch, "empty", _poisoned_empty)
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
 
 
 @pytest.fixture(params=["ascend", "cuda"] if not CUDA else ["cuda"])

@@ -15,7 +15,7 @@ from hypothesis import example, given, settings, strategies as st
 import ops
 from reference import moe_gating as RM
 from tests.conftest import requires_triton
-from tests.tolerances import assert_close
+from tests.tolerances import assert_close, poisoned_empty
 
 pytestmark = [requires_triton, pytest.mark.interpreter]
 
@@ -23,21 +23,9 @@ MG = pytest.importorskip("ops.triton.moe_gating")
 
 DS = dict(k=8, k_group=4, group_count=8, group_select_mode=1, renorm=0, norm_type=1, routed_scaling_factor=2.5, eps=1e-20)
 
-_EMPTY = torch.empty
-
-
-def _poisoned_empty(*args, **kwargs):
-    t = _EMPTY(*args, **kwargs)
-    if t.is_floating_point():
-        t.fill_(float("nan"))
-    elif t.dtype != torch.bool:
-        t.fill_(torch.iinfo(t.dtype).min)
-    return t
-
-
 @pytest.fixture(autouse=True)
 def _poison_and_triton(monkeypatch):
-    monkeypatch.setattr(torch, "empty", _poisoned_empty)
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
     with ops.backend("triton"):
         yield
 

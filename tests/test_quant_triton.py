@@ -23,7 +23,7 @@ from hypothesis import example, given, settings, strategies as st
 import ops
 from reference import quant as R
 from tests.conftest import requires_triton
-from tests.tolerances import assert_close
+from tests.tolerances import assert_close, poisoned_empty
 
 pytestmark = [requires_triton, pytest.mark.interpreter]
 
@@ -33,22 +33,10 @@ T = pytest.importorskip("ops.triton.quant")
 # ----------------------------------------------------------------------------------------------
 # fixtures
 # ----------------------------------------------------------------------------------------------
-_EMPTY = torch.empty
-
-
-def _poisoned_empty(*args, **kwargs):
-    t = _EMPTY(*args, **kwargs)
-    if t.is_floating_point():
-        t.fill_(float("nan"))
-    elif t.dtype != torch.bool:
-        t.fill_(torch.iinfo(t.dtype).min)  # int8: −128, never a valid output (Q5)
-    return t
-
-
 @pytest.fixture(autouse=True)
 def _poison_and_triton(monkeypatch):
     """Kernel outputs start as NaN / INT_MIN; ops run on the triton backend."""
-    monkeypatch.setattr(torch, "empty", _poisoned_empty)
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
     with ops.backend("triton"):
         yield
 

@@ -44,3 +44,14 @@ def poison(*tensors: torch.Tensor) -> None:
             t.fill_(float("nan"))
         else:
             t.fill_(torch.iinfo(t.dtype).min if t.dtype != torch.bool else False)
+
+
+_EMPTY = torch.empty  # captured at import, before any test patches torch.empty
+
+
+def poisoned_empty(*args, **kwargs) -> torch.Tensor:
+    """``torch.empty`` whose memory starts poisoned (see :func:`poison`); tests patch it in
+    (``monkeypatch.setattr(torch, "empty", poisoned_empty)``) so outputs and workspaces a kernel fails to write show."""
+    t = _EMPTY(*args, **kwargs)
+    poison(t)
+    return t

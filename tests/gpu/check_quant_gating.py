@@ -91,16 +91,9 @@ def bf16_close(out, ref) -> tuple[bool, str]:
 
 def poison_like_empty():
     """Make torch.empty return NaN / INT_MIN filled tensors so unwritten outputs are caught."""
+    from tests.tolerances import poisoned_empty
     orig = torch.empty
-
-    def empty(*a, **k):
-        t = orig(*a, **k)
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        elif t.dtype != torch.bool:
-            t.fill_(torch.iinfo(t.dtype).min)
-        return t
-    torch.empty = empty
+    torch.empty = poisoned_empty
     return orig
 
 
