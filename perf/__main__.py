@@ -2,20 +2,24 @@
 
 For each op × shape × backend: build fresh random inputs with the op's ``make_inputs``, run the op under
 ``ops.backend(b)`` through the eager fast path and through ``torch.ops.ds``, check both against the reference
-(DESIGN §Tolerances), time it (device events / CUDA graph / wall clock, see perf/timers.py), and report µs
-p20/p50/p80, TFLOPS, GB/s, % of the datasheet peak, % of the measured ceiling, arithmetic intensity and bound.
+(DESIGN §Tolerances), time it (CUDA-graph replay / device events / wall clock, see perf/timers.py), and report µs
+p20/p50/p80 and their spread, TFLOPS, GB/s, % of the datasheet peak, % of the measured ceiling, arithmetic intensity and bound.
 Writes ``results.csv``, ``results.json``, ``summary.md`` and ``roofline_<device>.png`` into ``--out``.
 
 Examples::
 
     python -m perf                                   # everything that can run here (CPU: scaled shapes, < 3 min)
     python -m perf --ops amla --shapes 'decode_*' --backends reference,triton
-    python -m perf --device cuda --out $OUT/perf     # the H200 report (perf/run_gpu.sh)
+    python -m perf --device cuda --out $OUT/perf     # the H200 report (perf/run_gpu.sh part1 / part2)
+    python -m perf --merge DIR1 DIR2 --out docs/perf/h200          # one report from two runs
+    python -m perf --device cuda --ops amla --repro-check 4        # ... then re-run 4 random rows and compare
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import functools
 import gc
 import math
 import os
@@ -28,10 +32,21 @@ from typing import Any, Sequence
 
 import torch
 
-from . import peaks as P
-from . import specs as S
-from .check import changed_region, check_outputs
-from .timers import host_call_us, time_fn
+
+def _cli_wants_triton_on_cpu(argv: Sequence[str]) -> bool:
+    """``--backends ...triton...`` on a machine (or ``--device cpu``) where Triton can only interpret."""
+    a = " ".join(argv)
+    return "triton" in a and "--backends" in a and ("--device cpu" in a or not torch.cuda.is_available())
+
+
+# Triton picks interpreter or compiler when a kernel module is imported (the imports below pull some in): decide now
+if __name__ == "__main__" and _cli_wants_triton_on_cpu(sys.argv[1:]):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from . import peaks as P  # noqa: E402
+from . import specs as S  # noqa: E402
+from .check import changed_region, check_outputs  # noqa: E402
+from .timers import REPRO_FLOOR_PCT, host_call_us, time_fn  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DEFAULT_CPU_BUDGET_S = 150.0
@@ -54,8 +69,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="activation dtype passed to make_inputs")
     ap.add_argument("--timer", default="auto", choices=["auto", "events", "cudagraph"],
-                    help="CUDA timer: events (do_bench), cudagraph (do_bench_cudagraph), auto = graph replay for "
-                         "calls under 30 µs")
+                    help="CUDA timer: auto = CUDA-graph replay of back-to-back calls, events where capture fails "
+                         "(reason in the note); cudagraph = graph only (no timing where capture fails); events = one "
+                         "event pair per call (L2 flushed, GPU sleep ahead so host launch latency is hidden)")
+    ap.add_argument("--golden", default="device", choices=sorted(GOLDEN_DOC),
+                    help="what the check compares with: device = the reference on this device, same dtypes, IEEE "
+                         "fp32 math (a FAIL is re-checked against the CPU reference when cheap); cpu = the reference "
+                         "on the CPU; upcast = the reference on this device with bf16/fp16 inputs up-cast to fp32 "
+                         "(a diagnostic: it drops the reference's rounding points)")
     ap.add_argument("--no-layer", action="store_true", help="skip the layer view")
     ap.add_argument("--no-peers", action="store_true", help="skip optional peer implementations")
     ap.add_argument("--no-dispatch", action="store_true", help="skip the torch.ops vs eager dispatch timing")
@@ -65,6 +86,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help=f"stop starting new cases after this many seconds (default {DEFAULT_CPU_BUDGET_S:.0f} on "
                          "CPU, none elsewhere)")
     ap.add_argument("--max-shapes", type=int, default=None, help="CPU: shapes per op when --shapes is not given")
+    ap.add_argument("--repro-check", type=int, default=0, metavar="N",
+                    help="after the report, re-run N random rows' repro commands in this process and compare their "
+                         "p50 with the report's (perf/repro_check.py; writes repro_check.txt)")
+    ap.add_argument("--repro-seed", type=int, default=0, help="seed for picking the --repro-check rows")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                    help="combine the results.json of several runs (e.g. the two halves of the H200 report) into "
+                         "one CSV/JSON/summary/roofline in --out; runs nothing")
     return ap.parse_args(argv)
 
 
@@ -188,6 +216,77 @@ def roofline_metrics(flops: int, nbytes: int, p50_us: float | None, compute: str
     return out
 
 
+@contextlib.contextmanager
+def ieee_fp32_math():
+    """The golden's math on CUDA: fp32 matmuls in IEEE fp32 (TF32 off for cuBLAS and cuDNN) and no reduced-precision
+    reductions for bf16/fp16 matmuls, whatever the process or the environment (``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE``)
+    set. Restored afterwards. No effect on CPU tensors."""
+    import warnings
+    m, cd = torch.backends.cuda.matmul, torch.backends.cudnn
+    names = ("allow_tf32", "allow_bf16_reduced_precision_reduction", "allow_fp16_reduced_precision_reduction")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:   # some torch versions refuse the legacy flags after the new fp32_precision API was used: then leave them
+            saved = [getattr(m, n) for n in names] + [cd.allow_tf32]
+        except Exception:  # noqa: BLE001
+            saved = None
+
+        def put(vals):
+            for n, v in zip(names, vals):
+                with contextlib.suppress(Exception):
+                    setattr(m, n, v)
+            with contextlib.suppress(Exception):
+                cd.allow_tf32 = vals[-1]
+        if saved is not None:
+            put([False] * 4)
+        try:
+            yield
+        finally:
+            if saved is not None:
+                put(saved)
+
+
+def upcast_floats(inputs: dict, mutated: Sequence[str]) -> dict:
+    """Inputs with every bf16/fp16 tensor as an fp32 copy (integer tensors, fp32 tensors and non-tensors as they
+    are; mutated fp32/int arguments cloned)."""
+    out = {}
+    for k, v in inputs.items():
+        if isinstance(v, torch.Tensor) and v.dtype in (torch.bfloat16, torch.float16):
+            out[k] = v.float()
+        elif isinstance(v, torch.Tensor) and k in mutated:
+            out[k] = v.clone()
+        else:
+            out[k] = v
+    return out
+
+
+@dataclasses.dataclass
+class Golden:
+    """The outputs a backend is checked against: ``out`` (the op's outputs) and ``mut`` (mutated arguments after
+    the call), on the run's device; ``err`` when the reference failed; ``kind`` says how it was computed."""
+    out: Any = None
+    mut: dict = dataclasses.field(default_factory=dict)
+    err: str | None = None
+    kind: str = "device"
+
+
+GOLDEN_DOC = {
+    "device": "the reference (fp32 math, rounding at its documented points) run eagerly on the same device with the "
+              "same input dtypes, IEEE fp32 matmuls (TF32 and reduced-precision reductions off); a backend that "
+              "FAILs against it on an accelerator is re-checked against the reference on the CPU when that is cheap, "
+              "and the CPU verdict stands",
+    "cpu": "the reference run on the CPU (inputs copied there), same input dtypes",
+    "upcast": "the reference run on the device with bf16/fp16 inputs up-cast to fp32 (drops the reference's "
+              "rounding to the activation dtype: not DESIGN's contract, a diagnostic)",
+}
+CPU_SECOND_OPINION_MAX_FLOPS = 6e10     # ~1–3 s of the CPU reference on the GPU host
+CPU_SECOND_OPINION_MAX_BYTES = 4 << 30
+TIME_BUDGET_S = 0.5                     # per timed backend row (graph replay or events)
+REFERENCE_BUDGET_S = 0.25               # the unfused reference baseline: fewer replays
+DISPATCH_MAX_US = {"cpu": 100_000.0}    # host_call_us only where one call is shorter than this (default 5 ms)
+FRESH_SETS_MAX_S = 0.05                 # rotated input sets: fresh draws when one draw is this fast, else device copies
+
+
 class Runner:
     def __init__(self, args: argparse.Namespace, device: torch.device, peaks: P.DevicePeaks | None, ceilings: dict,
                  meta: dict):
@@ -195,13 +294,18 @@ class Runner:
         self.dtype = DTYPES[args.dtype]
         self.rows: list[dict] = []
         self.notes: list[str] = []
+        self.capture_failed: dict[tuple[str, str], str] = {}
 
     # -- helpers ---------------------------------------------------------------------------------
     def repro(self, op: str, shape: str, backend: str) -> str:
         cmd = ["python", "-m", "perf", "--device", self.dev.type, "--ops", op, "--shapes", shape,
-               "--backends", backend]
+               "--backends", backend, "--no-layer"]
         if self.args.dtype != "bf16":
             cmd += ["--dtype", self.args.dtype]
+        if self.args.timer != "auto":
+            cmd += ["--timer", self.args.timer]
+        if self.args.quick:
+            cmd += ["--quick"]
         return " ".join(shlex.quote(c) for c in cmd)
 
     def base_row(self, entry: S.OpEntry, case: S.ShapeCase, backend: str) -> dict:
@@ -220,10 +324,86 @@ class Runner:
         n = math.ceil(3 * l2 / nbytes)
         return int(max(1, min(8, n, (8 << 30) // max(nbytes, 1))))
 
+    def input_sets(self, entry, case, inputs: dict, nbytes: int, seed: int, case_state: dict) -> tuple[list, str]:
+        """The rotated input sets of a case (built once, shared by its backends): ``inputs`` plus n − 1 more
+        independently drawn ones, or — when drawing one took over :data:`FRESH_SETS_MAX_S` (mla_prolog's weights
+        are drawn on the host) — device copies of ``inputs``: other addresses, so L2 is defeated just the same."""
+        if "sets" not in case_state:
+            n = self.n_sets(nbytes)
+            if n > 1 and case_state.get("make_inputs_s", 0.0) > FRESH_SETS_MAX_S:
+                sets = [inputs] + [{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+                                   for _ in range(1, n)]
+                desc = f", {n} input sets (device copies)"
+            else:
+                sets = [inputs] + [make_inputs(entry, case.shape, dtype=self.dtype, device=self.dev, seed=seed + i)
+                                   for i in range(1, n)]
+                desc = f", {n} input sets" if n > 1 else ""
+            case_state["sets"] = (sets, desc)
+        return case_state["sets"]
+
     def backends_for(self, entry: S.OpEntry) -> tuple[list[str], bool]:
         if self.args.backends:  # the reference still runs as the baseline; it gets a row only if asked for
             return list(self.args.backends), True
         return S.backends_of(entry), False
+
+    def note(self, msg: str) -> None:
+        if msg not in self.notes:
+            self.notes.append(msg)
+
+    # -- the golden --------------------------------------------------------------------------------
+    def golden(self, entry: S.OpEntry, inputs: dict, mutated: Sequence[str], kind: str) -> Golden:
+        """Run the reference for the check (see :data:`GOLDEN_DOC`); outputs land on the run's device."""
+        import ops
+        dev = self.dev
+        try:
+            with ieee_fp32_math():
+                if kind == "cpu" and dev.type != "cpu":
+                    ins = {k: (v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v)
+                           for k, v in inputs.items()}
+                    with ops.backend("reference"):
+                        out = entry.op(**ins)
+                elif kind == "upcast":
+                    ins = upcast_floats(inputs, mutated)
+                    out = entry.op.reference(**ins)   # the op's argument checks reject fp32 activations
+                else:
+                    ins = _clone_mutated(inputs, mutated)
+                    with ops.backend("reference"):
+                        out = entry.op(**ins)
+            _sync(dev)
+            out = _to_device(out, dev)
+            mut = {k: ins[k].to(dev) for k in mutated}
+            return Golden(out, mut, None, kind)
+        except Exception as e:  # noqa: BLE001
+            return Golden(None, {}, f"reference ({kind}) failed: {type(e).__name__}: {e}"[:400], kind)
+
+    def _check(self, out, gold: Golden, entry, mutated, got_in, orig) -> tuple[str, str]:
+        if gold.err:
+            return "ERROR", gold.err
+        mut = []
+        for k in mutated:
+            g, e = changed_region(got_in[k], gold.mut[k], orig[k])
+            mut.append((k, g, e))
+        v = check_outputs(out, gold.out, entry.spec.tolerance, mutated=mut)
+        return v.label, v.detail
+
+    def _second_opinion(self, case_state: dict, entry, inputs, mutated, flops, nbytes, out, got_in, orig,
+                        chk: str, detail: str) -> tuple[str, str]:
+        """A FAIL against the device golden on an accelerator: re-check against the reference on the CPU (DESIGN's
+        fp32 reference, what the unit tests compare with) when that is cheap; its verdict stands."""
+        if chk != "FAIL" or self.dev.type == "cpu" or self.args.golden != "device":
+            return chk, detail
+        if flops > CPU_SECOND_OPINION_MAX_FLOPS or nbytes > CPU_SECOND_OPINION_MAX_BYTES:
+            return chk, detail + " (no CPU re-check: too big for the CPU reference)"
+        if "cpu_golden" not in case_state:
+            clean = {**inputs, **case_state.get("pristine", {})}
+            case_state["cpu_golden"] = self.golden(entry, clean, mutated, "cpu")
+        gold = case_state["cpu_golden"]
+        chk2, detail2 = self._check(out, gold, entry, mutated, got_in, orig)
+        if chk2 == "PASS":
+            self.note(f"{entry.name}: the on-device reference disagreed with the CPU reference; the CPU verdict "
+                      "(PASS) stands (see check_detail)")
+            return "PASS", f"vs CPU reference: {detail2}; vs on-device reference: FAIL {detail}"
+        return chk, f"{detail}; vs CPU reference too: {chk2} {detail2}"
 
     # -- one op × shape --------------------------------------------------------------------------
     def run_case(self, entry: S.OpEntry, case: S.ShapeCase, progress=None) -> None:
@@ -233,24 +413,22 @@ class Runner:
         seed = zlib.crc32(f"{entry.name}/{case.name}".encode()) & 0x7FFFFFFF
         mutated = S.mutated_args(entry)
         try:
+            t_mi = time.perf_counter()
             inputs = make_inputs(entry, case.shape, dtype=self.dtype, device=dev, seed=seed)
+            _sync(dev)
+            t_mi = time.perf_counter() - t_mi
             flops, nbytes = int(entry.spec.flops(**inputs)), int(entry.spec.bytes(**inputs))
         except Exception as e:  # noqa: BLE001
             r = self.base_row(entry, case, "-")
             r.update(check="ERROR", check_detail=f"make_inputs/flops/bytes failed: {type(e).__name__}: {e}"[:400])
             self.rows.append(r)
             return
-        # the reference, the golden output (eager, on this device)
-        ref_out, ref_mut, ref_err = None, {}, None
-        try:
-            ref_in = _clone_mutated(inputs, mutated)
-            with ops.backend("reference"):
-                ref_out = entry.op(**ref_in)
-            _sync(dev)
-            ref_mut = {k: ref_in[k] for k in mutated}
-        except Exception as e:  # noqa: BLE001
-            ref_err = f"reference failed: {type(e).__name__}: {e}"[:400]
-
+        # the mutated arguments (caches) as drawn: every check starts from and compares against these, because
+        # timing a backend writes into ``inputs`` (set 0 of the rotation) and would leave the next backend an
+        # 'original' that already holds the previous backend's rows (which hid all but the 1-ulp differences)
+        pristine = {k: inputs[k].clone() for k in mutated}
+        gold = self.golden(entry, inputs, mutated, args.golden)
+        case_state: dict = {"make_inputs_s": t_mi, "pristine": pristine}
         want, explicit = self.backends_for(entry)
         for b in want:
             if progress is not None:
@@ -276,79 +454,81 @@ class Runner:
                 else:
                     self.note(f"{entry.name}: backend {b} unavailable here: {e}")
                 continue
-            self._run_backend(entry, case, b, row, inputs, mutated, flops, nbytes, ref_out, ref_mut, ref_err, seed)
+            self._run_backend(entry, case, b, row, inputs, mutated, flops, nbytes, gold, seed, case_state)
             self.rows.append(row)
         if not args.no_peers:
-            self._run_peers(entry, case, inputs, flops, nbytes, ref_out, ref_err)
+            self._run_peers(entry, case, inputs, flops, nbytes, gold)
 
-    def note(self, msg: str) -> None:
-        if msg not in self.notes:
-            self.notes.append(msg)
-
-    def _check(self, out, ref_out, ref_err, entry, mutated, got_in, ref_mut, orig) -> tuple[str, str]:
-        if ref_err:
-            return "ERROR", ref_err
-        mut = []
-        for k in mutated:
-            g, e = changed_region(got_in[k], ref_mut[k], orig[k])
-            mut.append((k, g, e))
-        v = check_outputs(out, ref_out, entry.spec.tolerance, mutated=mut)
-        return v.label, v.detail
-
-    def _run_backend(self, entry, case, b, row, inputs, mutated, flops, nbytes, ref_out, ref_mut, ref_err, seed):
+    def _run_backend(self, entry, case, b, row, inputs, mutated, flops, nbytes, gold, seed, case_state):
         import ops
         dev, args = self.dev, self.args
-        orig = {k: inputs[k].clone() for k in mutated}
+        orig = case_state["pristine"]
+        fresh = lambda: {**inputs, **{k: v.clone() for k, v in orig.items()}}  # noqa: E731
         # correctness: eager fast path, then the registered op
         try:
             with ops.backend(b):
-                got_in = _clone_mutated(inputs, mutated)
-                out = entry.op(**got_in)
-                _sync(dev)
-                chk, detail = self._check(out, ref_out, ref_err, entry, mutated, got_in, ref_mut, orig)
-                if b == "reference" and chk == "PASS":
-                    chk = "baseline"
-                got_in2 = _clone_mutated(inputs, mutated)
-                out2 = entry.registered(**got_in2)
-                _sync(dev)
-                chk2, detail2 = self._check(out2, ref_out, ref_err, entry, mutated, got_in2, ref_mut, orig)
-                if chk2 != "PASS" and chk in ("PASS", "baseline"):
-                    chk, detail = chk2, "torch.ops.ds path: " + detail2
-                del out, out2, got_in, got_in2
+                if b == "reference" and gold.kind == "device" and gold.err is None:
+                    chk, detail = "baseline", "the golden itself (reference on this device)"
+                else:
+                    got_in = fresh()
+                    out = entry.op(**got_in)
+                    _sync(dev)
+                    chk, detail = self._check(out, gold, entry, mutated, got_in, orig)
+                    chk, detail = self._second_opinion(case_state, entry, inputs, mutated, flops, nbytes, out,
+                                                       got_in, orig, chk, detail)
+                    if b == "reference" and chk == "PASS":
+                        chk = "baseline"
+                    del out, got_in
+                    if b != "reference":
+                        got_in2 = fresh()
+                        out2 = entry.registered(**got_in2)
+                        _sync(dev)
+                        chk2, detail2 = self._check(out2, gold, entry, mutated, got_in2, orig)
+                        chk2, detail2 = self._second_opinion(case_state, entry, inputs, mutated, flops, nbytes, out2,
+                                                             got_in2, orig, chk2, detail2)
+                        if chk2 != "PASS" and chk in ("PASS", "baseline"):
+                            chk, detail = chk2, "torch.ops.ds path: " + detail2
+                        del out2, got_in2
         except Exception as e:  # noqa: BLE001
             row.update(check="ERROR", check_detail=f"{type(e).__name__}: {e}"[:400])
             return
         row.update(check=chk, check_detail=detail)
-        # timing: rotate among input sets
+        # timing: calls cycle through n input sets
         try:
-            n = self.n_sets(nbytes)
-            sets = [inputs] + [make_inputs(entry, case.shape, dtype=self.dtype, device=dev, seed=seed + i)
-                               for i in range(1, n)]
-            state = {"i": 0}
+            sets, sets_desc = self.input_sets(entry, case, inputs, nbytes, seed, case_state)
             op = entry.op
-
-            def call():
-                kw = sets[state["i"] % n]
-                state["i"] += 1
-                return op(**kw)
-
+            fns = [functools.partial(op, **kw) for kw in sets]
+            mode, pre_note = args.timer, ""
+            key = (entry.name, b)
+            if dev.type == "cuda" and mode == "auto" and key in self.capture_failed:
+                mode = "events"
+                pre_note = f"events: graph capture of this backend failed at {self.capture_failed[key]}"
+            budget = REFERENCE_BUDGET_S if b == "reference" else TIME_BUDGET_S
+            if args.quick:
+                budget /= 2
             with ops.backend(b), _arg_checks(args.keep_arg_checks):
-                t = time_fn(call, dev, mode=args.timer, quick=args.quick)
-                row.update(us_p20=t.p20_us, us_p50=t.p50_us, us_p80=t.p80_us,
-                           timer=t.method + (f" ×{n} input sets" if n > 1 else ""))
-                if t.note:
-                    row["note"] = "; ".join(x for x in (row.get("note"), t.note) if x)
-                if not args.no_dispatch and (dev.type != "cpu" or t.p50_us < 100_000):
+                t = time_fn(fns, dev, mode=mode, quick=args.quick, budget_s=budget, warm=False)
+                if t.note.startswith("graph capture failed"):
+                    self.capture_failed[key] = f"{case.name} {t.note.split(';')[0][len('graph capture failed '):]}"
+                row.update(us_p20=t.p20_us, us_p50=t.p50_us, us_p80=t.p80_us, spread_pct=t.spread_pct,
+                           timer=t.describe() + sets_desc)
+                note = "; ".join(x for x in (pre_note, t.note) if x)
+                if note:
+                    row["note"] = "; ".join(x for x in (row.get("note"), note) if x)
+                if not args.no_dispatch and t.p50_us <= DISPATCH_MAX_US.get(dev.type, 5000.0):
                     reg = entry.registered
                     row["dispatch_us_registered"] = host_call_us(lambda: reg(**inputs), dev)
                     row["dispatch_us_eager"] = host_call_us(lambda: op(**inputs), dev)
-            sets.clear()
+            fns.clear()
         except Exception as e:  # noqa: BLE001
             row["note"] = "; ".join(x for x in (row.get("note"), f"timing failed: {type(e).__name__}: {e}"[:300]) if x)
+            if dev.type == "cuda":
+                with contextlib.suppress(Exception):
+                    torch.cuda.synchronize()
             return
         row.update(roofline_metrics(flops, nbytes, row.get("us_p50"), entry.spec.compute, self.peaks, self.ceilings))
 
-    def _run_peers(self, entry, case, inputs, flops, nbytes, ref_out, ref_err):
+    def _run_peers(self, entry, case, inputs, flops, nbytes, gold):
         from .peers import peers_for
         for name, build in peers_for(entry.name, self.dev.type):
             row = self.base_row(entry, case, f"peer:{name}")
@@ -357,17 +537,28 @@ class Runner:
                 fn = build(inputs)
                 out = fn()
                 _sync(self.dev)
-                if ref_err:
-                    row.update(check="ERROR", check_detail=ref_err)
+                if gold.err:
+                    row.update(check="ERROR", check_detail=gold.err)
                 else:
-                    v = check_outputs(out, ref_out, entry.spec.tolerance)
+                    v = check_outputs(out, gold.out, entry.spec.tolerance)
                     row.update(check=v.label, check_detail=v.detail)
-                t = time_fn(fn, self.dev, mode=self.args.timer, quick=self.args.quick)
-                row.update(us_p20=t.p20_us, us_p50=t.p50_us, us_p80=t.p80_us, timer=t.method)
+                t = time_fn([fn], self.dev, mode=self.args.timer, quick=self.args.quick, budget_s=TIME_BUDGET_S)
+                row.update(us_p20=t.p20_us, us_p50=t.p50_us, us_p80=t.p80_us, spread_pct=t.spread_pct,
+                           timer=t.describe())
+                if t.note:
+                    row["note"] = t.note
                 row.update(roofline_metrics(flops, nbytes, t.p50_us, entry.spec.compute, self.peaks, self.ceilings))
             except Exception as e:  # noqa: BLE001
                 row.update(check="SKIP", check_detail=f"peer {name}: {type(e).__name__}: {e}"[:400])
             self.rows.append(row)
+
+
+def _to_device(x: Any, dev: torch.device) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(dev)
+    if isinstance(x, (tuple, list)):
+        return type(x)(_to_device(v, dev) for v in x)
+    return x
 
 
 # ----------------------------------------------------------------------------------------------
@@ -385,16 +576,19 @@ def _peaks_meta(peaks: P.DevicePeaks | None) -> dict:
 
 
 class _Progress:
-    """rich progress bar when rich is importable, else one line per case on stderr."""
+    """rich progress bar on a terminal; elsewhere (the device machine's log) one line per case with the elapsed
+    time on stderr."""
 
-    def __init__(self, total: int):
-        self.total, self.done = total, 0
-        try:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-            self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                              TimeElapsedColumn(), transient=False)
-        except Exception:  # noqa: BLE001
-            self.p = None
+    def __init__(self, total: int, t_start: float):
+        self.total, self.done, self.t_start = total, 0, t_start
+        self.p = None
+        if sys.stderr.isatty():
+            try:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+                self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), transient=False)
+            except Exception:  # noqa: BLE001
+                self.p = None
 
     def __enter__(self):
         if self.p is not None:
@@ -410,7 +604,8 @@ class _Progress:
         if self.p is not None:
             self.p.update(self.task, description=text[:70])
         else:
-            print(f"[{self.done}/{self.total}] {text}", file=sys.stderr, flush=True)
+            print(f"[{self.done + 1}/{self.total} {time.perf_counter() - self.t_start:6.1f}s] {text}", file=sys.stderr,
+                  flush=True)
 
     def advance(self) -> None:
         self.done += 1
@@ -418,10 +613,19 @@ class _Progress:
             self.p.update(self.task, advance=1)
 
 
-def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = ()) -> int:
-    """Run the report; returns the exit status (0 unless a check failed or nothing ran)."""
-    args = parse_args(argv)
-    t_start = time.perf_counter()
+def timer_doc(device_type: str) -> str:
+    return {"cuda": "CUDA-graph replay: `calls` back-to-back calls cycling the rotated input sets in one graph, "
+                    "replayed R times with an event pair around each replay, µs per call = replay / calls; calls and "
+                    "R adaptive (≈0.5 s per row, 0.25 s for the reference); CUDA events (L2 flushed, GPU sleep ahead "
+                    "of each call so host launch latency is hidden) where capture fails; p20/p50/p80 over the "
+                    "replays; spread = (p80 − p20)/p50",
+            "npu": "torch.npu events after a 512 MiB flush; p20/p50/p80",
+            "cpu": "wall clock (time.perf_counter), quantiles of a few reps"}.get(device_type, "?")
+
+
+def setup(args: argparse.Namespace, argv: Sequence[str] | None, *, extra_ops: Sequence[S.OpEntry] = (),
+          ceilings: dict | None = None) -> tuple[Runner, list]:
+    """Device, ops, ceilings (measured unless given), meta and the case plan for ``args``."""
     device = torch.device(args.device or P.default_device())
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -434,24 +638,21 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
     entries = S.collect_ops(args.ops, extra=extra_ops)
     name = P.device_name(str(device))
     peaks = P.lookup_peaks(name)
-    ceilings = P.measure_ceilings(device, quick=args.quick)
+    if ceilings is None:
+        ceilings = P.measure_ceilings(device, quick=args.quick)
     v = versions()
     meta = dict(device=name, device_type=device.type, device_key=peaks.key if peaks else P.slug(name), **v,
                 git_sha=git_sha(), timestamp=P.now_iso(),
                 command="python -m perf " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
                 peaks=_peaks_meta(peaks), ceilings={k: vars(c) for k, c in ceilings.items()},
-                arg_checks_during_timing=bool(args.keep_arg_checks),
-                timer_doc={"cuda": "triton.testing.do_bench (CUDA events, L2 flushed, inputs rotated) or "
-                                   "do_bench_cudagraph for calls < 30 µs; p20/p50/p80",
-                           "npu": "torch.npu events after a 512 MiB flush; p20/p50/p80",
-                           "cpu": "wall clock (time.perf_counter), median of a few reps"}[device.type])
+                arg_checks_during_timing=bool(args.keep_arg_checks), golden=GOLDEN_DOC[args.golden],
+                timer_doc=timer_doc(device.type), repro_floor_pct=REPRO_FLOOR_PCT)
     runner = Runner(args, device, peaks, ceilings, meta)
+    runner.entries = entries
     if peaks is None:
         runner.note(f"no datasheet peak for {name!r}: % peak is empty, % achievable uses the measured ceilings")
     if not entries:
         runner.note("no ops are registered in ops.SPECS")
-
-    budget = args.budget_s if args.budget_s is not None else (DEFAULT_CPU_BUDGET_S if device.type == "cpu" else None)
     plan = []
     for e in entries:
         try:
@@ -463,8 +664,12 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
         if not cases:
             runner.note(f"{e.name}: no shape matches --shapes {','.join(args.shapes or [])}")
         plan += [(e, c) for c in cases]
+    return runner, plan
 
-    with _Progress(len(plan)) as prog:
+
+def run_plan(runner: Runner, plan: list, t_start: float, budget: float | None) -> None:
+    dev = runner.dev
+    with _Progress(len(plan), t_start) as prog:
         for e, c in plan:
             if budget is not None and time.perf_counter() - t_start > budget:
                 runner.note(f"time budget of {budget:.0f} s reached: skipped {e.name} {c.name} and later cases")
@@ -472,31 +677,40 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
                 continue
             runner.run_case(e, c, progress=prog.describe)
             prog.advance()
-            if device.type == "cuda":
+            if dev.type == "cuda":
                 gc.collect()
                 torch.cuda.empty_cache()
+
+
+def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = ()) -> int:
+    """Run the report; returns the exit status (0 unless a check failed or nothing ran)."""
+    args = parse_args(argv)
+    if args.merge:
+        from .report import merge_reports
+        return merge_reports(args.merge, args.out)
+    t_start = time.perf_counter()
+    runner, plan = setup(args, argv, extra_ops=extra_ops)
+    device, meta = runner.dev, runner.meta
+    budget = args.budget_s if args.budget_s is not None else (DEFAULT_CPU_BUDGET_S if device.type == "cpu" else None)
+    run_plan(runner, plan, t_start, budget)
 
     layer = {"available": False, "reason": "skipped (--no-layer)", "views": []}
     if not args.no_layer:
         from .layer import layer_view
-        layer = layer_view(device, dtype=runner.dtype, peaks=peaks, ceilings=ceilings,
-                           specs={e.name: e.spec for e in entries})
+        t_layer = time.perf_counter()
+        layer = layer_view(device, dtype=runner.dtype, peaks=runner.peaks, ceilings=runner.ceilings,
+                           specs={e.name: e.spec for e in runner.entries})
+        print(f"layer view: {time.perf_counter() - t_layer:.1f} s", file=sys.stderr, flush=True)
 
     from . import report as R
     os.makedirs(args.out, exist_ok=True)
-    png = f"roofline_{meta['device_key']}.png"
-    err = R.plot_roofline(runner.rows, meta, os.path.join(args.out, png))
-    if err:
-        runner.note(err)
-        png = None
     meta["elapsed_s"] = round(time.perf_counter() - t_start, 1)
-    R.write_csv(runner.rows, os.path.join(args.out, "results.csv"))
-    R.write_json(runner.rows, meta, layer, os.path.join(args.out, "results.json"))
-    R.write_markdown(runner.rows, meta, layer, runner.notes, os.path.join(args.out, "summary.md"), png)
-    R.print_table(runner.rows, layer, runner.notes)
-    print(f"wrote {args.out}/results.csv, results.json, summary.md" + (f", {png}" if png else "")
-          + f" in {meta['elapsed_s']} s")
+    R.write_all(runner.rows, meta, layer, runner.notes, args.out)
     failed = [r for r in runner.rows if r.get("check") in ("FAIL", "ERROR")]
+    if args.repro_check:
+        from .repro_check import repro_check
+        repro_check(os.path.join(args.out, "results.json"), n=args.repro_check, seed=args.repro_seed,
+                    out=os.path.join(args.out, "repro_check.txt"), ceilings=runner.ceilings, extra_ops=extra_ops)
     return 1 if failed else 0
 
 

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 # column order of the CSV/JSON rows (docs/perf/README.md explains each)
 COLUMNS = [
     "op", "backend", "shape", "shape_dict", "scaled", "dtype", "compute",
-    "us_p20", "us_p50", "us_p80", "timer",
+    "us_p20", "us_p50", "us_p80", "spread_pct", "timer",
     "flops", "bytes", "tflops", "gbps", "intensity", "ridge", "bound",
     "pct_peak", "pct_peak_compute", "pct_peak_bw", "pct_achievable",
     "check", "check_detail", "dispatch_us_registered", "dispatch_us_eager",
@@ -48,14 +48,14 @@ def write_csv(rows: Sequence[dict], path: str) -> None:
             w.writerow({k: (json.dumps(r[k]) if isinstance(r.get(k), (dict, list)) else r.get(k)) for k in COLUMNS})
 
 
-def write_json(rows: Sequence[dict], meta: dict, layer: dict, path: str) -> None:
+def write_json(rows: Sequence[dict], meta: dict, layer: dict, path: str, notes: Sequence[str] = ()) -> None:
     with open(path, "w") as f:
-        json.dump({"meta": meta, "rows": [{k: r.get(k) for k in COLUMNS} for r in rows], "layer": layer}, f,
-                  indent=1, default=str)
+        json.dump({"meta": meta, "rows": [{k: r.get(k) for k in COLUMNS} for r in rows], "layer": layer,
+                   "notes": list(notes)}, f, indent=1, default=str)
 
 
 SUMMARY_COLS = [("backend", "backend"), ("shape", "shape"), ("us_p50", "µs p50"), ("us_p20", "p20"),
-                ("us_p80", "p80"), ("tflops", "TFLOPS"), ("gbps", "GB/s"), ("pct_peak", "% peak"),
+                ("us_p80", "p80"), ("spread_pct", "spread %"), ("tflops", "TFLOPS"), ("gbps", "GB/s"), ("pct_peak", "% peak"),
                 ("pct_achievable", "% achv"), ("intensity", "FLOP/B"), ("bound", "bound"), ("check", "check"),
                 ("dispatch_us_registered", "µs torch.ops"), ("dispatch_us_eager", "µs eager")]
 
@@ -71,7 +71,17 @@ def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequenc
     L: list[str] = [f"# ds-ops performance report — {meta['device']}", ""]
     L += [f"* command: `{meta['command']}`", f"* when: {meta['timestamp']}; git {meta['git_sha']}; torch {meta['torch']}; "
           f"triton {meta['triton']}" + (f"; torch_npu {meta['torch_npu']}" if meta.get("torch_npu") else ""),
-          f"* timer: {meta['timer_doc']}", ""]
+          f"* timer: {meta['timer_doc']}"]
+    if meta.get("golden"):
+        L.append(f"* check against: {meta['golden']}")
+    if meta.get("parts"):
+        L.append("* merged from: " + "; ".join(f"`{p['command']}` ({p.get('elapsed_s', '?')} s, {p.get('timestamp')})"
+                                                for p in meta["parts"]))
+    floor = meta.get("repro_floor_pct", 3.0)
+    L += [f"* reproducing a row: re-running its `repro` command measures a p50 within ± (`spread %` + {floor:g} %) "
+          "of the p50 here (`spread %` = (p80 − p20)/p50 of this run's samples; the "
+          f"{floor:g} % covers clock/thermal drift between processes). `python -m perf.repro_check results.json -n N` "
+          "checks N random rows" + ("; its result is at the end" if meta.get("repro_check") else "") + ".", ""]
     L += ["## Ceilings", ""]
     body = []
     pk = meta.get("peaks") or {}
@@ -93,12 +103,22 @@ def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequenc
             ops_order.append(r["op"])
     for op in ops_order:
         L += [f"## {op}", ""]
-        body = [[_fmt(r.get(k)) if k not in ("us_p50", "us_p20", "us_p80") else _fmt(r.get(k), 2)
-                 for k, _ in SUMMARY_COLS] for r in rows if r["op"] == op]
+        body = [[_fmt(r.get(k)) for k, _ in SUMMARY_COLS] for r in rows if r["op"] == op]
         L.append(_md_table([h for _, h in SUMMARY_COLS], body))
         fails = [r for r in rows if r["op"] == op and r.get("check") not in ("PASS", "baseline")]
         for r in fails:
             L.append(f"* {r['backend']} {r['shape']}: {r['check']} — {r.get('check_detail') or r.get('note') or ''}")
+        second = [r for r in rows if r["op"] == op and "vs on-device reference: FAIL" in (r.get("check_detail") or "")]
+        for r in second:
+            L.append(f"* {r['backend']} {r['shape']}: PASS against the CPU reference, FAIL against the on-device "
+                     f"reference — {r['check_detail']}")
+        timers = sorted({(r.get("timer") or "").split(" ")[0] for r in rows if r["op"] == op and r.get("timer")})
+        fell = [r for r in rows if r["op"] == op and "graph capture" in (r.get("note") or "")]
+        if fell:
+            L.append(f"* timed with events (graph capture failed): "
+                     f"{', '.join(sorted({r['backend'] for r in fell}))} — {fell[0]['note']}")
+        if any(t in ("cudagraph", "events") for t in timers):
+            L.append(f"* timers: {', '.join(timers)} (column `timer` in results.csv has calls × replays)")
         L.append("")
     L += ["## Layer view", ""]
     if not layer.get("available"):
@@ -121,8 +141,80 @@ def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequenc
     L += ["## Reproduce a row", "", "Each row's `repro` column in results.csv holds its command, e.g.:", ""]
     L += [f"    {r['repro']}" for r in rows[:3]]
     L.append("")
+    rc = meta.get("repro_check") or []
+    if rc:
+        ok = sum(1 for x in rc if x.get("within"))
+        L += [f"### Re-run check: {ok} of {len(rc)} re-run rows within ± (spread + {floor:g} %)", "",
+              "Rows picked at random and re-run in-process after the report (`perf/repro_check.py`).", ""]
+        L.append(_md_table(["op", "backend", "shape", "report p50 µs", "re-run p50 µs", "Δ %", "allowed ± %", "ok"],
+                           [[x["op"], x["backend"], x["shape"], _fmt(x.get("report_p50")), _fmt(x.get("rerun_p50")),
+                             _fmt(x.get("delta_pct")), _fmt(x.get("tol_pct")), "yes" if x.get("within") else "NO"]
+                            for x in rc]))
+        L.append("")
     with open(path, "w") as f:
         f.write("\n".join(L))
+
+
+def write_all(rows: Sequence[dict], meta: dict, layer: dict, notes: list[str], out: str, *,
+              print_table_too: bool = True) -> None:
+    """results.csv, results.json, summary.md and roofline_<device>.png in ``out`` (and the terminal table)."""
+    os.makedirs(out, exist_ok=True)
+    png = f"roofline_{meta['device_key']}.png"
+    err = plot_roofline(rows, meta, os.path.join(out, png))
+    if err:
+        if err not in notes:
+            notes.append(err)
+        png = None
+    write_csv(rows, os.path.join(out, "results.csv"))
+    write_json(rows, meta, layer, os.path.join(out, "results.json"), notes)
+    write_markdown(rows, meta, layer, notes, os.path.join(out, "summary.md"), png)
+    if print_table_too:
+        print_table(rows, layer, notes)
+    print(f"wrote {out}/results.csv, results.json, summary.md" + (f", {png}" if png else "")
+          + (f" ({meta['elapsed_s']} s)" if meta.get("elapsed_s") is not None else ""), flush=True)
+
+
+def load_json(path: str) -> dict:
+    if os.path.isdir(path):
+        path = os.path.join(path, "results.json")
+    with open(path) as f:
+        return json.load(f)
+
+
+def merge_reports(dirs: Sequence[str], out: str) -> int:
+    """Combine the ``results.json`` of several runs into one report in ``out``. Rows keep their order (runs in the
+    order given); a row (op, backend, shape) that appears twice keeps the later run's. Ceilings and provenance
+    come from the first run (each run's command, time and ceilings are listed under ``meta.parts``); the layer view
+    from the first run that has one. Returns 1 if a merged row is FAIL/ERROR, else 0."""
+    parts = [load_json(d) for d in dirs]
+    rows: dict[tuple, dict] = {}
+    notes: list[str] = []
+    layer = {"available": False, "reason": "no merged run has a layer view", "views": []}
+    repro: list[dict] = []
+    for d, js in zip(dirs, parts):
+        for r in js["rows"]:
+            rows.pop((r["op"], r["backend"], r["shape"]), None)
+            rows[(r["op"], r["backend"], r["shape"])] = r
+        for n in js.get("notes", []):
+            if n not in notes:
+                notes.append(n)
+        if not layer.get("available") and (js.get("layer") or {}).get("available"):
+            layer = js["layer"]
+        repro += js["meta"].get("repro_check") or []
+    meta = dict(parts[0]["meta"])
+    meta["parts"] = [dict(dir=d, command=js["meta"].get("command"), elapsed_s=js["meta"].get("elapsed_s"),
+                          timestamp=js["meta"].get("timestamp"), git_sha=js["meta"].get("git_sha"),
+                          ceilings=js["meta"].get("ceilings")) for d, js in zip(dirs, parts)]
+    meta["command"] = " + ".join(str(p["command"]) for p in meta["parts"])
+    meta["elapsed_s"] = round(sum(float(p["elapsed_s"] or 0) for p in meta["parts"]), 1)
+    meta["repro_check"] = repro
+    for key in ("git_sha", "torch", "triton", "device"):
+        vals = {str(js["meta"].get(key)) for js in parts}
+        if len(vals) > 1:
+            notes.append(f"merged runs differ in {key}: {', '.join(sorted(vals))}")
+    merged = list(rows.values())
+    write_all(merged, meta, layer, notes, out, print_table_too=False)
+    return 1 if any(r.get("check") in ("FAIL", "ERROR") for r in merged) else 0
 
 
 def plot_roofline(rows: Sequence[dict], meta: dict, path: str) -> str | None:

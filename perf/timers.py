@@ -1,27 +1,44 @@
-"""Timers: device time of one call, p20/p50/p80 in microseconds.
+"""Timers: device time of one call, p20/p50/p80 in microseconds, with a run-to-run spread.
 
-* CUDA: ``triton.testing.do_bench`` (CUDA events around each call, L2 flushed before each call by zeroing a 256 MB
-  buffer, warm-up first; quantiles 0.2/0.5/0.8) — ``"events"``; or ``triton.testing.do_bench_cudagraph`` (one graph of
-  many calls, replayed; no launch gaps) — ``"cudagraph"``, for tiny kernels where launch overhead (~3 µs) would
-  dominate. ``"auto"`` times with events and re-times with a graph when the median is under
-  :data:`CUDAGRAPH_BELOW_US` (falls back to events, with the reason, when capture fails: e.g. a host sync).
+* CUDA, ``"cudagraph"`` (the default through ``"auto"``): :func:`graph_time_us`. One CUDA graph holds ``calls``
+  back-to-back calls cycling through the rotated input sets; it is replayed R times with a CUDA event pair around each
+  replay; one sample = replay time / calls. Capturing takes the host (Python, dispatch, launch: 100–250 µs per call
+  on the H200 machine) out of the measurement: what is left is the device time of the call plus the gap between
+  kernels inside a graph (~1 µs). ``calls`` and R are chosen from one pre-measured replay so that a case costs about
+  ``budget_s`` (0.5 s): tiny kernels get up to 256 calls per replay and up to 100 replays, a 50–80 ms reference
+  gets calls = 1 and R = 5. Warm-up (Triton compilation, cuBLAS workspaces) runs on a side stream before capture,
+  as PyTorch's graph docs require.
+* CUDA, ``"events"`` (:func:`events_time_us`; the fallback when capture fails, e.g. an op that syncs the host, and
+  the timer of the layer view and the ceilings): one event pair around each call, the 256 MB L2 flush of
+  ``triton.testing.do_bench`` before it, and a GPU sleep (``torch.cuda._sleep``) long enough for the host to enqueue
+  the call before the device gets to it, so host launch latency is not in the interval. An op that syncs the host
+  inside the call gets no head start (its host time is part of what it costs); the note says so.
 * NPU (torch_npu): device events (``torch.npu.Event``) around each call after an L2 flush, same statistics;
   :func:`profile_device_time_us` gives the profiler's summed device-kernel time (best effort).
-* CPU: wall clock (``time.perf_counter``), a few reps after one warm-up call, median.
+* CPU: wall clock (``time.perf_counter``), a few reps after one warm-up call.
 
-Callers pass a zero-argument callable; to defeat caches across calls, the callable itself rotates among several
-input sets (see ``perf.__main__``). :func:`host_call_us` measures back-to-back eager calls (host + device), which is
-what dispatch overhead shows up in.
+Spread: ``spread_pct = (p80 − p20) / p50 · 100`` over the samples of one run. docs/perf/README.md says what a re-run
+reproduces (p50 within ``spread_pct`` + :data:`REPRO_FLOOR_PCT`) and ``perf/repro_check.py`` checks it.
+
+:func:`host_call_us` measures back-to-back eager calls (host + device, synchronised once): the dispatch-overhead view.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
-CUDAGRAPH_BELOW_US = 30.0
+REPRO_FLOOR_PCT = 3.0
+"""Added to a row's ``spread_pct`` when judging whether a re-run reproduced its p50 (clock and thermal drift between
+processes, allocation addresses; see docs/perf/README.md §Reproducing a row)."""
+
+GRAPH_MAX_CALLS = 256        # calls per graph: capture costs ~host time per call, 256 × 250 µs ≈ 64 ms
+GRAPH_TARGET_REPLAY_US = 2000.0
+MIN_REPLAYS, MAX_REPLAYS = 5, 100
+FLUSH_BYTES = 256 << 20      # as triton.testing.do_bench
 
 
 @dataclasses.dataclass
@@ -31,6 +48,22 @@ class Timing:
     p80_us: float
     method: str           # "events" | "cudagraph" | "wall" | "npu-events"
     note: str = ""
+    calls: int = 1        # calls per sample (graph: calls per replay)
+    samples: int = 0      # replays / repetitions the quantiles are over
+
+    @property
+    def spread_pct(self) -> float | None:
+        """(p80 − p20) / p50 · 100: the run's own spread, in % of the median."""
+        if not self.p50_us or self.p50_us <= 0 or math.isnan(self.p50_us):
+            return None
+        return 100.0 * (self.p80_us - self.p20_us) / self.p50_us
+
+    def describe(self) -> str:
+        if self.method == "cudagraph":
+            return f"cudagraph {self.calls} calls × {self.samples} replays"
+        if self.samples:
+            return f"{self.method} × {self.samples}"
+        return self.method
 
 
 def _quantiles(samples: list[float], qs=(0.2, 0.5, 0.8)) -> list[float]:
@@ -50,64 +83,274 @@ def _sync(device: torch.device) -> None:
         torch.npu.synchronize()
 
 
-def time_fn(fn: Callable[[], object], device: str | torch.device, *, mode: str = "auto", quick: bool = False,
-            reps: int | None = None, budget_s: float | None = None) -> Timing:
-    """Time ``fn()`` on ``device``; see the module docstring for the methods. ``mode``: ``auto``, ``events``,
-    ``cudagraph`` (CUDA), ignored elsewhere. ``quick`` shortens warm-up and repetitions; ``reps`` (CPU/NPU) and
-    ``budget_s`` (CPU wall-time budget for the repetitions) bound the work."""
+def _as_fns(fn) -> list[Callable[[], object]]:
+    return list(fn) if isinstance(fn, (list, tuple)) else [fn]
+
+
+def time_fn(fn: Callable[[], object] | Sequence[Callable[[], object]], device: str | torch.device, *,
+            mode: str = "auto", quick: bool = False, reps: int | None = None, budget_s: float | None = None,
+            warm: bool = True) -> Timing:
+    """Time one call on ``device``. ``fn``: a zero-argument callable, or a list of them (one per rotated input set;
+    calls cycle through the list). ``mode`` (CUDA): ``auto`` = :func:`graph_time_us`, :func:`events_time_us` when
+    capture fails (reason in ``note``); ``cudagraph`` = graph only (raises RuntimeError when capture fails);
+    ``events``. Ignored elsewhere. ``budget_s``: seconds one timing may take (default 0.5; 0.25 with ``quick``);
+    ``reps``: repetitions (events / CPU / NPU); ``warm``: the events timer calls each fn once first."""
     dev = torch.device(device)
+    fns = _as_fns(fn)
     if dev.type == "cuda":
-        return _time_cuda(fn, mode, quick)
+        budget = budget_s if budget_s is not None else (0.25 if quick else 0.5)
+        if mode == "events":
+            return events_time_us(fns, budget_s=budget, reps=reps, warm=warm)
+        try:
+            return graph_time_us(fns, budget_s=budget)
+        except CaptureError as e:  # capture fails on ops that sync the host; report it
+            torch.cuda.synchronize()
+            why = f"graph capture failed ({e})"
+            if mode == "cudagraph":
+                raise RuntimeError(why) from e
+            t = events_time_us(fns, budget_s=budget, reps=reps, warm=False)
+            t.note = "; ".join(x for x in (why, t.note) if x)
+            return t
     if dev.type == "npu":  # pragma: no cover - needs an NPU
-        return _time_npu(fn, quick, reps)
-    return _time_wall(fn, dev, reps=reps or (5 if quick else 10), budget_s=budget_s or (0.5 if quick else 2.0))
+        return _time_npu(fns, quick, reps)
+    return _time_wall(fns, dev, reps=reps or (5 if quick else 10), budget_s=budget_s or (0.5 if quick else 2.0))
 
 
-def _time_wall(fn, dev, *, reps: int, budget_s: float) -> Timing:
+class CaptureError(RuntimeError):
+    """CUDA-graph capture of the timed calls failed (typically: the op syncs the host)."""
+
+
+def capture_failure_reason(e: BaseException) -> str:
+    s = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {s[0][:140] if s else ''}"
+
+
+# ----------------------------------------------------------------------------------------------
+# CPU
+# ----------------------------------------------------------------------------------------------
+def _time_wall(fns, dev, *, reps: int, budget_s: float) -> Timing:
     _sync(dev)
     t0 = time.perf_counter()
-    fn()  # warm-up
+    fns[0]()  # warm-up
     _sync(dev)
     first = time.perf_counter() - t0
     n = max(3, min(reps, int(budget_s / max(first, 1e-6))))
     samples = []
-    for _ in range(n):
+    for i in range(n):
+        f = fns[i % len(fns)]
         t0 = time.perf_counter()
-        fn()
+        f()
         _sync(dev)
         samples.append((time.perf_counter() - t0) * 1e6)
     q = _quantiles(samples)
-    return Timing(q[0], q[1], q[2], "wall", f"{n} reps")
+    return Timing(q[0], q[1], q[2], "wall", f"{n} reps", calls=1, samples=n)
 
 
-def _time_cuda(fn, mode: str, quick: bool) -> Timing:
-    import triton.testing as tt
-    warmup, rep = (10, 40) if quick else (25, 100)
-    note = ""
-    if mode in ("auto", "events"):
-        q = tt.do_bench(fn, warmup=warmup, rep=rep, quantiles=[0.2, 0.5, 0.8])
-        t = Timing(q[0] * 1e3, q[1] * 1e3, q[2] * 1e3, "events")
-        if mode == "events" or t.p50_us >= CUDAGRAPH_BELOW_US:
-            return t
+# ----------------------------------------------------------------------------------------------
+# CUDA
+# ----------------------------------------------------------------------------------------------
+def _cycles_per_us() -> float:
     try:
-        # do_bench_cudagraph captures on its own side stream; the op path must not sync the host
-        q = tt.do_bench_cudagraph(fn, rep=rep // 2 if quick else rep, quantiles=[0.2, 0.5, 0.8])
-        return Timing(q[0] * 1e3, q[1] * 1e3, q[2] * 1e3, "cudagraph")
-    except Exception as e:  # noqa: BLE001 - capture fails on ops that sync the host; report it
-        torch.cuda.synchronize()
-        note = f"graph capture failed ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
-        if mode == "cudagraph":
-            q = tt.do_bench(fn, warmup=warmup, rep=rep, quantiles=[0.2, 0.5, 0.8])
-            return Timing(q[0] * 1e3, q[1] * 1e3, q[2] * 1e3, "events", note)
-        t.note = note
-        return t
+        khz = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "clock_rate", 0) or 0
+    except Exception:  # noqa: BLE001
+        khz = 0
+    return khz / 1e3 if khz > 0 else 2000.0
 
 
-def _time_npu(fn, quick: bool, reps: int | None) -> Timing:  # pragma: no cover - needs an NPU
+def _gpu_sleep_us(us: float) -> None:
+    """Keep the current stream busy for about ``us`` µs (so the host can enqueue work ahead of the device)."""
+    if us > 0:
+        torch.cuda._sleep(int(us * _cycles_per_us()))
+
+
+def _warm_up(fns: Sequence[Callable[[], object]]) -> None:
+    """Every fn once on the current stream (compiles Triton kernels, fills caches), then once on a side stream (as
+    PyTorch requires before capture: lazy cuBLAS/cuDNN workspace set-up must not happen inside the graph)."""
+    for f in fns:
+        f()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+
+
+def _capture(fns: Sequence[Callable[[], object]], calls: int, pool=None) -> "torch.cuda.CUDAGraph":
+    """``calls`` calls cycling through ``fns``, captured on a side stream into one graph (memory from ``pool``).
+    Unlike ``with torch.cuda.graph(...)`` the caller's stream is restored even when capture fails (an op that syncs
+    the host), and no gc.collect() runs per capture."""
+    g = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    cur = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    side.wait_stream(cur)
+    with torch.cuda.stream(side):
+        g.capture_begin(pool=pool)
+        err = None
+        try:
+            for i in range(calls):
+                fns[i % len(fns)]()
+        except BaseException as e:  # noqa: BLE001 - end the capture first, then report the op's own error
+            err = e
+        try:
+            g.capture_end()
+        except Exception as e:  # noqa: BLE001
+            if err is None:
+                raise CaptureError(capture_failure_reason(e)) from e
+        if err is not None:
+            raise CaptureError(capture_failure_reason(err)) from err
+    cur.wait_stream(side)
+    return g
+
+
+def _replay_times_us(g, replays: int, head_start_us: float) -> list[float]:
+    """Event pair around each of ``replays`` back-to-back replays (no host sync in between; a GPU sleep first lets
+    the host enqueue ahead, so the intervals hold device time only)."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    torch.cuda.synchronize()
+    _gpu_sleep_us(head_start_us)
+    for i in range(replays):
+        starts[i].record()
+        g.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+def plan_calls(one_us: float, host_per_call_s: float, n_sets: int, budget_s: float) -> int:
+    """Calls per graph from one pre-measured call (``one_us`` device µs, ``host_per_call_s`` host seconds to
+    capture it): enough for a replay of about :data:`GRAPH_TARGET_REPLAY_US`, rounded up to whole passes over the
+    ``n_sets`` input sets (also when one pass lasts up to 5× the target), at most :data:`GRAPH_MAX_CALLS`, and no
+    more than a fifth of ``budget_s`` of capture (host) time — but at least one pass over the sets while that stays
+    under the maximum."""
+    calls = max(1, math.ceil(GRAPH_TARGET_REPLAY_US / max(one_us, 1e-3)))
+    if calls >= n_sets or n_sets * one_us <= 5 * GRAPH_TARGET_REPLAY_US:
+        calls = n_sets * math.ceil(calls / n_sets)
+    cap = max(1, int(0.2 * budget_s / max(host_per_call_s, 1e-6)))
+    calls = max(1, min(calls, GRAPH_MAX_CALLS, max(cap, min(n_sets, GRAPH_MAX_CALLS))))
+    return calls // n_sets * n_sets if calls >= n_sets else calls
+
+
+def plan_replays(left_s: float, replay_us: float) -> int:
+    """Timed replays that fit the ``left_s`` seconds of the budget, :data:`MIN_REPLAYS` to :data:`MAX_REPLAYS`."""
+    return int(max(MIN_REPLAYS, min(MAX_REPLAYS, left_s / max(replay_us * 1e-6, 1e-7))))
+
+
+def graph_time_us(fns: list[Callable[[], object]], calls: int | None = None, replays: int | None = None,
+                  budget_s: float = 0.5) -> Timing:
+    """Device time of one call by CUDA-graph replay.
+
+    fns:      zero-argument callables, one per rotated input set (a list of one is fine); the graph cycles through
+              them, so with sets totalling ≥ 3× the L2 each call finds its data in HBM, not in L2.
+    calls:    calls captured into the graph (default: chosen so one replay lasts about 2 ms, at most 256, at least
+              one pass over ``fns`` unless a single call already exceeds the target).
+    replays:  timed replays (default: as many as fit ``budget_s``, 5 to 100).
+    budget_s: seconds the timing may take after warm-up.
+
+    Returns Timing(p20, p50, p80) in µs per call over the replays (method ``"cudagraph"``; ``calls``/``samples``
+    hold calls per replay and the number of replays). Raises :class:`CaptureError` (a RuntimeError) when capture
+    fails (an op that syncs the host: ``cudaErrorStreamCaptureUnsupported`` and the like) — callers fall back to
+    :func:`events_time_us`; errors of the calls themselves (in warm-up) propagate as they are.
+    Mirrors perf/bench_quant_gating.py's ``graph_time_us`` (warm-up on a side stream, then capture)."""
+    fns = list(fns)
+    if not fns:
+        raise ValueError("graph_time_us: fns is empty")
+    t_start = time.perf_counter()
+    _warm_up(fns)
+    pool = torch.cuda.graph_pool_handle()
+    notes = []
+    g, warm = None, None
+    if calls is None:
+        # one pre-measured call: a graph of the first set only, replayed twice (the first replay uploads the graph)
+        t0 = time.perf_counter()
+        g1 = _capture(fns, 1, pool)
+        host_per_call = time.perf_counter() - t0
+        ts = _replay_times_us(g1, 2, head_start_us=50.0)
+        one_us = max(ts[-1], 1e-3)
+        calls = plan_calls(one_us, host_per_call, len(fns), budget_s)
+        if calls == 1:             # a slow call: the pre-measure graph is the graph
+            g, warm = g1, one_us
+        else:
+            del g1
+    if g is None:
+        g = _capture(fns, calls, pool)
+        warm = _replay_times_us(g, 1, head_start_us=50.0)[0]     # upload + first touch
+    if replays is None:
+        left = budget_s - (time.perf_counter() - t_start)
+        replays = plan_replays(left, warm)
+    head = min(5000.0, 30.0 * replays) if warm < 1000 else 200.0
+    samples = [t / calls for t in _replay_times_us(g, replays, head_start_us=head)]
+    del g
+    q = _quantiles(samples)
+    if calls < len(fns):
+        notes.append(f"{calls} of {len(fns)} input sets per replay")
+    return Timing(q[0], q[1], q[2], "cudagraph", "; ".join(notes), calls=calls, samples=replays)
+
+
+_FLUSH: dict[int, torch.Tensor] = {}
+
+
+def _flush_buffer() -> torch.Tensor:
+    dev = torch.cuda.current_device()
+    if dev not in _FLUSH:
+        _FLUSH[dev] = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=f"cuda:{dev}")
+    return _FLUSH[dev]
+
+
+def events_time_us(fns: list[Callable[[], object]], *, budget_s: float = 0.5, reps: int | None = None,
+                   flush_l2: bool = True, warm: bool = True) -> Timing:
+    """Device time of one call with a CUDA event pair around each call (L2 flushed before each; calls cycle through
+    ``fns``). A GPU sleep before each call, longer than the host needs to enqueue it (measured), keeps host launch
+    latency out of the interval; an op that syncs the host inside the call gets none (noted). ``reps`` samples
+    (default: what fits ``budget_s``, 5 to 100). ``warm``: call each fn once first (compilation); pass False when
+    the caller has just run them."""
+    fns = list(fns)
+    flush = _flush_buffer() if flush_l2 else None
+    if warm:
+        for f in fns:
+            f()
+    torch.cuda.synchronize()
+    # host time to enqueue one call while the device is busy (a call that syncs the host waits for the sleep)
+    _gpu_sleep_us(20000.0)
+    t0 = time.perf_counter()
+    fns[0]()
+    host_us = (time.perf_counter() - t0) * 1e6
+    torch.cuda.synchronize()
+    syncs = host_us > 15000.0
+    t0 = time.perf_counter()
+    fns[0]()
+    torch.cuda.synchronize()
+    one_s = time.perf_counter() - t0
+    head = 0.0 if syncs else min(1.3 * host_us + 20.0, 20000.0)
+    per_sample = one_s + head * 1e-6 + 1e-4
+    n = reps or int(max(MIN_REPLAYS, min(MAX_REPLAYS, budget_s / per_sample)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        if flush is not None:
+            flush.zero_()
+        _gpu_sleep_us(head)
+        starts[i].record()
+        fns[i % len(fns)]()
+        ends[i].record()
+    torch.cuda.synchronize()
+    q = _quantiles([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
+    note = "the call syncs the host: events include its host time" if syncs else ""
+    return Timing(q[0], q[1], q[2], "events", note, calls=1, samples=n)
+
+
+# ----------------------------------------------------------------------------------------------
+# NPU
+# ----------------------------------------------------------------------------------------------
+def _time_npu(fns, quick: bool, reps: int | None) -> Timing:  # pragma: no cover - needs an NPU
     import torch_npu  # noqa: F401
     flush = torch.empty(512 << 20, dtype=torch.int8, device="npu")
-    for _ in range(3 if quick else 10):
-        fn()
+    for i in range(3 if quick else 10):
+        fns[i % len(fns)]()
     torch.npu.synchronize()
     n = reps or (20 if quick else 100)
     starts = [torch.npu.Event(enable_timing=True) for _ in range(n)]
@@ -115,11 +358,11 @@ def _time_npu(fn, quick: bool, reps: int | None) -> Timing:  # pragma: no cover 
     for i in range(n):
         flush.zero_()
         starts[i].record()
-        fn()
+        fns[i % len(fns)]()
         ends[i].record()
     torch.npu.synchronize()
     q = _quantiles([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
-    return Timing(q[0], q[1], q[2], "npu-events", f"{n} reps, 512 MiB flush")
+    return Timing(q[0], q[1], q[2], "npu-events", "512 MiB flush", calls=1, samples=n)
 
 
 def profile_device_time_us(fn: Callable[[], object], device: str | torch.device, *, reps: int = 5) -> float | None:
@@ -151,8 +394,8 @@ def profile_device_time_us(fn: Callable[[], object], device: str | torch.device,
     return None
 
 
-def host_call_us(fn: Callable[[], object], device: str | torch.device, *, budget_s: float = 0.05,
-                 max_calls: int = 200) -> float:
+def host_call_us(fn: Callable[[], object], device: str | torch.device, *, budget_s: float = 0.02,
+                 max_calls: int = 100) -> float:
     """Wall µs per call of back-to-back calls of ``fn`` (synchronised once at the end): host overhead where the
     kernel is short, device time where it is long. Used to compare ``torch.ops.ds.<op>`` with the eager fast path."""
     dev = torch.device(device)

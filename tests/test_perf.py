@@ -307,11 +307,16 @@ def test_cli_end_to_end_cpu(tmp_path):
         assert r["pct_peak"] == ""            # no datasheet peak for a CPU
         assert float(r["pct_achievable"]) > 0
         assert float(r["dispatch_us_registered"]) > 0 and float(r["dispatch_us_eager"]) > 0
-        assert r["repro"] == f"python -m perf --device cpu --ops {e.name} --shapes decode_b4 --backends {r['backend']}"
+        assert r["repro"] == (f"python -m perf --device cpu --ops {e.name} --shapes decode_b4 --backends "
+                              f"{r['backend']} --no-layer --quick")
+        spread = float(r["spread_pct"])
+        assert spread == pytest.approx(100 * (float(r["us_p80"]) - float(r["us_p20"])) / float(r["us_p50"]))
         assert r["torch"] == torch.__version__ and r["git_sha"]
     assert js["meta"]["device_type"] == "cpu" and len(js["rows"]) == 2
     assert js["meta"]["ceilings"]["bf16"]["value"] > 0
     assert "layer view: unavailable (skipped" in md and "## perf_test_mm" in md
+    assert "spread %" in md and "re-running its `repro` command" in md
+    assert js["meta"]["golden"].startswith("the reference") and js["notes"] is not None
     png = [f for f in os.listdir(out) if f.startswith("roofline_") and f.endswith(".png")]
     assert len(png) == 1 and os.path.getsize(os.path.join(out, png[0])) > 1000
 
@@ -395,3 +400,276 @@ def test_layer_view_unavailable_reason(monkeypatch):
 def test_cli_help_subprocess():
     r = subprocess.run([sys.executable, "-m", "perf", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "--backends" in r.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# timers, golden, merge, re-run check
+# ----------------------------------------------------------------------------------------------
+def test_timing_spread_and_rotation_on_cpu():
+    from perf.timers import Timing, graph_time_us, time_fn
+    import inspect
+    t = Timing(8.0, 10.0, 12.0, "cudagraph", calls=64, samples=20)
+    assert t.spread_pct == pytest.approx(40.0)
+    assert t.describe() == "cudagraph 64 calls × 20 replays"
+    assert Timing(0.0, 0.0, 0.0, "wall").spread_pct is None
+    # the bench scripts import this signature
+    sig = inspect.signature(graph_time_us)
+    assert list(sig.parameters) == ["fns", "calls", "replays", "budget_s"]
+    assert sig.parameters["budget_s"].default == 0.5
+    seen = []
+    fns = [lambda i=i: seen.append(i) for i in range(3)]
+    t = time_fn(fns, "cpu", reps=6)
+    assert t.method == "wall" and t.samples >= 3 and t.p20_us <= t.p50_us <= t.p80_us
+    assert set(seen) == {0, 1, 2}                                    # every input set is timed
+
+
+def test_golden_math_flags_restored():
+    from perf.__main__ import ieee_fp32_math
+    m = torch.backends.cuda.matmul
+    before = (m.allow_tf32, m.allow_bf16_reduced_precision_reduction, torch.backends.cudnn.allow_tf32)
+    with ieee_fp32_math():
+        assert not m.allow_tf32 and not m.allow_bf16_reduced_precision_reduction
+        assert not m.allow_fp16_reduced_precision_reduction and not torch.backends.cudnn.allow_tf32
+    assert (m.allow_tf32, m.allow_bf16_reduced_precision_reduction, torch.backends.cudnn.allow_tf32) == before
+
+
+def _wrong_cache_kernel(x, w, cache, *, index, scale=1.0):
+    """Right outputs, but every cache row written one slot off: only the mutated-argument check can see it."""
+    y = (x.float() @ w.float() * scale).to(x.dtype)
+    cache[(index + 1) % cache.shape[0]] = y
+    return y, y.float().sum(-1)
+
+
+@pytest.mark.parametrize("golden", ["device", "upcast"])
+def test_negative_controls_fail_with_each_golden(tmp_path, golden):
+    """A kernel off by 1 % and a kernel writing the cache to the wrong slots both FAIL, whatever the golden; a
+    right kernel PASSes against the default golden — and FAILs against the up-cast one, whose second output
+    (Σ of the unrounded product) is not the op's (Σ of the bf16-rounded product): why up-cast is not the default."""
+    right = "PASS" if golden == "device" else "FAIL"
+    for name, kernel, want in (("perf_test_bad", _bad_kernel, "FAIL"), ("perf_test_badcache", _wrong_cache_kernel,
+                                                                        "FAIL"), ("perf_test_mm", _good_kernel, right)):
+        e = fake_entry(name, kernel=kernel)
+        out = str(tmp_path / f"{name}_{golden}")
+        rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b4", "--backends", "triton", "--out", out,
+                   "--quick", "--no-layer", "--no-dispatch", "--golden", golden], extra_ops=[e])
+        rows, _, _ = _read(out)
+        assert [r["check"] for r in rows] == [want], (name, rows[0]["check_detail"])
+        assert rc == (1 if want == "FAIL" else 0)
+
+
+def test_upcast_golden_drops_rounding_points():
+    """Why the default golden keeps the input dtypes: the reference with bf16 inputs rounds intermediates to bf16
+    (DESIGN's rounding points); up-cast to fp32 it does not, so the up-cast golden is a different function. On the
+    fake op (y = bf16(x @ w)) the up-cast output is the unrounded product."""
+    from perf.__main__ import upcast_floats
+    e = fake_entry()
+    inputs = _fake_make_inputs(dict(M=8, K=64, N=48), dtype=torch.bfloat16, device="cpu",
+                               generator=torch.Generator().manual_seed(3))
+    up = upcast_floats(inputs, ["cache"])
+    assert up["x"].dtype == torch.float32 and up["index"].dtype == inputs["index"].dtype
+    assert up["cache"] is not inputs["cache"]
+    y_bf16, _ = e.op.reference(**{**inputs, "cache": inputs["cache"].clone()})
+    y_up, _ = e.op.reference(**up)
+    assert y_up.dtype == torch.float32 and not torch.equal(y_up, y_bf16.float())
+    assert C.compare(y_bf16, y_up, "bf16").ok
+
+
+def test_cpu_second_opinion_overrules_a_bad_device_golden(tmp_path):
+    """On an accelerator a FAIL against the on-device reference is re-checked against the CPU reference; if that
+    passes, PASS stands and the detail shows both. Simulated on CPU with a corrupted 'device' golden."""
+    import perf.__main__ as M
+    e = fake_entry()
+    args = M.parse_args(["--device", "cpu", "--ops", e.name, "--no-layer", "--out", str(tmp_path)])
+    runner, _ = M.setup(args, [], extra_ops=[e], ceilings={})
+    inputs = _fake_make_inputs(dict(M=4, K=64, N=48), dtype=torch.bfloat16, device="cpu",
+                               generator=torch.Generator().manual_seed(4))
+    mutated = ["cache"]
+    orig = {"cache": inputs["cache"].clone()}
+    got_in = {**inputs, "cache": inputs["cache"].clone()}
+    out = e.op(**got_in)
+    bad = runner.golden(e, inputs, mutated, "device")
+    bad.out = (bad.out[0] * 1.05, bad.out[1])
+    chk, detail = runner._check(out, bad, e, mutated, got_in, orig)
+    assert chk == "FAIL"
+    runner.dev = types.SimpleNamespace(type="cuda")           # pretend: an accelerator run
+    try:
+        runner.golden = lambda entry, ins, mut, kind: M.Runner.golden(  # noqa: E731
+            types.SimpleNamespace(dev=torch.device("cpu")), entry, ins, mut, kind)
+        chk2, detail2 = runner._second_opinion({}, e, inputs, mutated, 10, 10, out, got_in, orig, chk, detail)
+    finally:
+        runner.dev = torch.device("cpu")
+    assert chk2 == "PASS" and "vs CPU reference" in detail2 and "vs on-device reference: FAIL" in detail2
+    # a wrong kernel stays FAIL after the second opinion
+    wrong = (out[0] * 1.05, out[1])
+    runner.dev = types.SimpleNamespace(type="cuda")
+    try:
+        chk3, detail3 = runner._second_opinion({}, e, inputs, mutated, 10, 10, wrong, got_in, orig, "FAIL", "x")
+    finally:
+        runner.dev = torch.device("cpu")
+    assert chk3 == "FAIL" and "vs CPU reference too: FAIL" in detail3
+
+
+def test_merge_two_runs_and_repro_check(tmp_path):
+    """Two halves of a report merge into one CSV/JSON/summary/PNG; the re-run check re-runs rows from their repro
+    commands and records the comparison (speed itself is never asserted)."""
+    from perf.repro_check import pick_rows, repro_check
+    e = fake_entry()
+    a, b, m = (str(tmp_path / x) for x in ("a", "b", "m"))
+    for out, shape in ((a, "decode_b4"), (b, "decode_b1")):
+        assert main(["--device", "cpu", "--ops", e.name, "--shapes", shape, "--backends", "reference,triton",
+                     "--out", out, "--quick", "--no-layer", "--no-dispatch"], extra_ops=[e]) == 0
+    assert main(["--merge", a, b, "--out", m]) == 0
+    rows, js, md = _read(m)
+    assert [(r["backend"], r["shape"]) for r in rows] == [("reference", "decode_b4"), ("triton", "decode_b4"),
+                                                          ("reference", "decode_b1"), ("triton", "decode_b1")]
+    assert len(js["meta"]["parts"]) == 2 and "merged from" in md
+    assert any(f.startswith("roofline_") for f in os.listdir(m))
+    picked = pick_rows(js["rows"], 3, seed=1)
+    assert len(picked) == 3 and {r["backend"] for r in picked} == {"reference", "triton"}
+    res = repro_check(m, n=2, seed=0, extra_ops=[e])
+    assert len(res) == 2
+    for x in res:
+        assert x["rerun_p50"] and x["rerun_p50"] > 0 and x["tol_pct"] >= 3.0
+        assert x["within"] == (abs(x["delta_pct"]) <= x["tol_pct"])
+    rows2, js2, md2 = _read(m)
+    assert len(js2["meta"]["repro_check"]) == 2 and "Re-run check" in md2
+    assert os.path.exists(os.path.join(m, "repro_check.txt"))
+
+
+class _FakeCuda:
+    """Just enough of torch.cuda to run perf.timers' CUDA paths on the CPU: a virtual device clock (µs) that kernel
+    launches advance, graphs that record launches while capturing and replay them, events that read the clock."""
+
+    def __init__(self):
+        self.clock, self.capturing, self.nodes = 0.0, None, None
+
+    def launch(self, us: float, syncs: bool = False):
+        if self.capturing is not None:
+            if syncs:
+                raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+            self.capturing.append(us)
+        else:
+            self.clock += us
+
+    def install(self, monkeypatch):
+        import contextlib
+        import perf.timers as T
+        fake = self
+
+        class Graph:
+            def capture_begin(self, pool=None):
+                self.nodes = []
+                fake.capturing = self.nodes
+
+            def capture_end(self):
+                fake.capturing = None
+
+            def replay(self):
+                fake.clock += sum(self.nodes)
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                self.t = fake.clock
+
+            def elapsed_time(self, other):
+                return (other.t - self.t) / 1e3
+
+        class Stream:
+            def wait_stream(self, other):
+                pass
+
+        cuda = torch.cuda
+        monkeypatch.setattr(cuda, "synchronize", lambda *a, **k: None)
+        monkeypatch.setattr(cuda, "CUDAGraph", Graph)
+        monkeypatch.setattr(cuda, "Event", Event)
+        monkeypatch.setattr(cuda, "Stream", Stream)
+        monkeypatch.setattr(cuda, "current_stream", lambda *a: Stream())
+        monkeypatch.setattr(cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(cuda, "graph_pool_handle", lambda: None)
+        monkeypatch.setattr(cuda, "_sleep", lambda cycles: setattr(fake, "clock", fake.clock + cycles / 2000))
+        monkeypatch.setattr(T, "_flush_buffer", lambda: types.SimpleNamespace(zero_=lambda: fake.launch(80.0)))
+
+
+@pytest.mark.parametrize("dev_us,n_sets", [(4.0, 8), (240.0, 1), (80_000.0, 1), (3.0, 1)])
+def test_graph_timer_logic_with_a_fake_cuda(monkeypatch, dev_us, n_sets):
+    """graph_time_us on a simulated device: per-call time = replay / calls exactly, calls are whole passes over the
+    input sets, slow calls get calls = 1 and few replays, fast ones many calls per replay; every set is used."""
+    from perf.timers import GRAPH_MAX_CALLS, MAX_REPLAYS, graph_time_us
+    fake = _FakeCuda()
+    fake.install(monkeypatch)
+    used = []
+    fns = [lambda i=i: (used.append(i), fake.launch(dev_us)) for i in range(n_sets)]
+    t = graph_time_us(fns)
+    assert t.method == "cudagraph" and t.p50_us == pytest.approx(dev_us) and t.spread_pct == pytest.approx(0)
+    assert 1 <= t.calls <= GRAPH_MAX_CALLS and 5 <= t.samples <= MAX_REPLAYS
+    assert set(used) == set(range(n_sets))
+    if dev_us >= 10_000:
+        assert t.calls == 1 and t.samples <= 7          # an 80 ms reference: ≈ 0.5 s of replays
+    else:
+        assert t.calls % n_sets == 0 and t.calls * dev_us >= min(2000.0, GRAPH_MAX_CALLS * dev_us) * 0.5
+    t2 = graph_time_us(fns, calls=3, replays=7)
+    assert (t2.calls, t2.samples) == (3, 7) and t2.p50_us == pytest.approx(dev_us)
+
+
+def test_auto_timer_falls_back_to_events_when_capture_fails(monkeypatch):
+    from perf.timers import time_fn
+    fake = _FakeCuda()
+    fake.install(monkeypatch)
+    fn = lambda: fake.launch(50.0, syncs=True)  # noqa: E731 - an op that syncs the host
+    t = time_fn([fn], "cuda", mode="auto")
+    assert t.method == "events" and t.note.startswith("graph capture failed (RuntimeError: CUDA error")
+    assert t.p50_us == pytest.approx(50.0) and t.samples >= 5
+    assert fake.capturing is None                     # the capture was ended
+    with pytest.raises(RuntimeError, match="graph capture failed"):
+        time_fn([fn], "cuda", mode="cudagraph")
+    ok = lambda: fake.launch(7.0)  # noqa: E731
+    assert time_fn([ok], "cuda", mode="events").p50_us == pytest.approx(7.0)
+    assert time_fn([ok], "cuda").method == "cudagraph"
+
+
+def _nudged_kernel(x, w, cache, *, index, scale=1.0):
+    """A right kernel that rounds differently: y = bf16(x·w·scale·(1 + 2⁻¹⁰)) flips about a quarter of the bf16
+    values by one ulp (cos_diff ≈ 4e-6 over all of them: PASS), but over only the flipped ones it is ≈ 1.5e-5."""
+    y32 = x.float() @ w.float() * scale
+    y = (y32 * (1 + 2 ** -10)).to(x.dtype)
+    cache[index] = y
+    return y, y32.to(x.dtype).float().sum(-1)
+
+
+def test_cache_check_is_not_polluted_by_an_earlier_backends_timing(tmp_path):
+    """Regression (H200 report: mla_prolog t128_n128_bf16 kv_cache 'FAIL' cos 1.7e-5 while the kernel matched the
+    CPU reference to 4.7e-9): timing the reference wrote its cache rows into the shared inputs, so the next
+    backend's 'original' cache already held the reference's values and the changed-region comparison kept only
+    the elements that differ by an ulp. The cache must be compared over every slot either run wrote."""
+    e = fake_entry("perf_test_nudged", kernel=_nudged_kernel)
+    out = str(tmp_path / "nudged")
+    rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "prefill_4k", "--backends", "reference,triton",
+               "--out", out, "--quick", "--no-layer", "--no-dispatch"], extra_ops=[e])
+    rows, _, _ = _read(out)
+    assert [r["check"] for r in rows] == ["baseline", "PASS"], rows[1]["check_detail"]
+    assert rc == 0
+
+
+def test_run_gpu_script_parses():
+    r = subprocess.run(["bash", "-n", os.path.join(REPO, "perf", "run_gpu.sh")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(REPO, "perf", "run_gpu.sh")) as f:
+        text = f.read()
+    for mode in ("part1)", "part2)", "all)", "quick)", "ops)"):
+        assert mode in text
+
+
+def test_graph_plan_calls_and_replays():
+    from perf.timers import GRAPH_MAX_CALLS, plan_calls, plan_replays
+    assert plan_calls(80_000.0, 0.08, 1, 0.5) == 1                       # a slow reference: one call per replay
+    assert plan_replays(0.25, 80_000.0) == 5                             # ... and the minimum of replays
+    assert plan_calls(4.0, 1e-4, 8, 0.5) == GRAPH_MAX_CALLS              # a 4 µs kernel: full graphs
+    c = plan_calls(6.0, 4e-4, 8, 0.5)                                    # capture cost caps it: 0.1 s / 0.4 ms
+    assert c % 8 == 0 and c <= 250
+    assert plan_calls(300.0, 2e-4, 1, 0.5) == 7                          # ≈ 2 ms per replay
+    assert plan_calls(1000.0, 2e-4, 8, 0.5) == 8                         # one pass over the sets (8 ms) ...
+    assert plan_calls(3000.0, 2e-4, 8, 0.5) == 1                         # ... unless that is > 5× the target
+    assert plan_replays(0.45, 2000.0) == 100
