@@ -2,7 +2,11 @@
 """Benchmark of the Triton ds::mla_prolog kernels vs the unfused PyTorch reference, on one GPU.
 
     python3 perf/bench_mla_prolog.py --out docs/perf/mla_prolog_results.md [--T 1,32,128] [--modes bf16,a8w8]
-                                     [--sweep] [--warm]
+                                     [--sweep [--no_bench] [--jobs 12]] [--warm] [--budget_s S]
+
+Config sweep in one command (~80-110 s on the H200 with 16 CPU cores):
+
+    python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 95 --out $OUT/mla_prolog_sweep.md
 
 Shapes: DeepSeek-V3 (He 7168, Hcq 1536, Hckv 512, D 128, Dr 64), N = 128 heads, T tokens (decode),
 PA_BSND caches with block_size 128. Modes: "bf16" (all weights bf16, ~121 MB) and "a8w8" (full A8W8:
@@ -18,12 +22,20 @@ copy bandwidth measured in the same run (``dst.copy_(src)`` on 1 GiB, 2 bytes mo
 Also reported: eager time of the launcher with triton.testing.do_bench (events, L2 flushed; includes
 launch gaps), the unfused PyTorch reference (reference/mla_prolog.py on the GPU, eager, do_bench) and
 the per-kernel device time from torch.profiler. ``--sweep`` times candidate tiles per kernel (the data
-behind ops/triton/configs/mla_prolog.json). ``--warm`` only compiles (run in parallel processes first so
-the timing run finds Triton's disk cache warm).
+behind ops/triton/configs/mla_prolog.json): first it compiles every (mode, T, candidate) launch in
+``--jobs`` processes at once (Triton's cache is on disk), then, alone on the GPU, per (mode, T) it times
+the JSON's config and each candidate (``SWEEP``: one kernel's bucket overridden at a time) by the same
+graph replay with rotated weights, checks each one's outputs and cache rows against the reference (a
+wrong candidate is never picked), times the combination of the per-kernel bests and prints one
+``WINNER <mode> T=<T> <kernel> (...): <config json>`` line per kernel — the bucket to put into the
+JSON's "cuda" table (``_table`` names its list) — plus the per-kernel profile of the JSON and the winner.
+``--no_bench`` skips the main table (reference timing, eager timing) to keep the sweep short. ``--warm``
+only compiles.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -45,9 +57,37 @@ from reference import mla_prolog as R  # noqa: E402
 L2_BYTES = 50 * 2**20
 WEIGHTS = ("weight_dq", "weight_uq_qr", "weight_uk", "weight_dkv_kr")
 
-# sweep candidates: overrides of the bucket picked from the JSON (empty = the JSON's own choice)
-DOWN_SWEEP = [{}, {"BLOCK_N": 128}, {"split_k": 16}]
-QUERY_SWEEP = [{}, {"BLOCK_K": 128, "num_stages": 3}, {"BLOCK_K": 32, "num_stages": 6}]
+# sweep candidates: overrides of the bucket the JSON picks for (mode, T), one kernel at a time (the three
+# launches are serial, so per-kernel gains add up; the combination of per-kernel bests is timed at the end).
+# Pruned offline (sm_90 compile + ptxas, triton 3.9): no candidate below spills more than ~300 B/thread.
+SWEEP = {
+    "down": [{"BLOCK_N": 128}, {"BLOCK_N": 32}, {"split_k": 16}, {"split_k": 4}, {"num_stages": 6},
+             {"BLOCK_K": 256, "num_stages": 3}, {"BLOCK_K": 64, "num_stages": 6}, {"num_warps": 8}],
+    "row": [{"num_warps": 2}, {"num_warps": 8}, {"num_warps": 16}, {"prefetch_uk": 0}, {"prefetch_programs_per_core": 1},
+            {"prefetch_programs_per_core": 4}, {"PF_BLOCK": 16384}],
+    "query": [{"PRE_UK": 0}, {"evict_first_w": 0}, {"PRE_UK": 2, "num_warps": 8}, {"PRE_UK": 1, "num_warps": 4}, {"PRE_UK": 0, "num_warps": 8},
+              {"BLOCK_K": 128, "num_stages": 3}, {"BLOCK_K": 32, "num_stages": 6},
+              {"PRE_UK": 2, "num_warps": 8, "BLOCK_K": 128, "num_stages": 3}, {"PRE_UK": 2, "num_warps": 8, "num_stages": 5}],
+}
+SWEEP_T = {  # extra candidates for a token count (its own bucket)
+    # T = 128 down: every column tile re-reads x (T·He elements) from L2, so wider BLOCK_N with one wave of
+    # programs (≤ 132 at 1 program / SM when the tiles need > 114 KB of shared memory)
+    128: {"down": [{"BLOCK_M": 64, "BLOCK_K": 128, "num_warps": 4}, {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8},
+                   {"BLOCK_K": 128, "num_stages": 3}, {"BLOCK_N": 256, "num_warps": 8, "split_k": 14, "num_stages": 3},
+                   {"BLOCK_N": 128, "num_warps": 8, "split_k": 7, "num_stages": 3}],
+          "query": [{"BLOCK_M": 64, "num_warps": 4, "num_stages": 3}, {"BLOCK_M": 64, "num_warps": 8, "num_stages": 3},
+                    {"BLOCK_M": 64, "num_warps": 8, "PRE_UK": 2, "num_stages": 3}, {"BLOCK_M": 32, "num_warps": 8,
+                    "PRE_UK": 2, "num_stages": 4}, {"BLOCK_M": 64, "num_warps": 4, "BLOCK_K": 128, "num_stages": 3}]},
+}
+
+
+def sweep_candidates(T: int) -> list[tuple[str, dict]]:
+    """(kernel, override) pairs for token count T (the JSON's own choice is timed separately)."""
+    out = []
+    for kern in ("query", "row", "down"):  # most expected gain first (a budget cut drops the tail)
+        for ov in SWEEP[kern] + SWEEP_T.get(T, {}).get(kern, []):
+            out.append((kern, ov))
+    return out
 
 
 def log(msg: str) -> None:
@@ -167,8 +207,7 @@ def bench(mode: str, T: int, N: int, cbw: float, sweep: bool, rows: list, sweep_
                int8_query=mode == "a8w8")
     cands = [("json", None)]
     if sweep:
-        cands += [(f"down {d}", {"down": d}) for d in DOWN_SWEEP[1:]]
-        cands += [(f"query {q}", {"query": q}) for q in QUERY_SWEEP[1:]]
+        cands += [(f"{k} {ov}", {k: ov}) for k, ov in sweep_candidates(T)]
     if warm:
         for name, ov in cands:
             try:
@@ -206,31 +245,156 @@ def bench(mode: str, T: int, N: int, cbw: float, sweep: bool, rows: list, sweep_
     log(rows[-1])
 
 
-def sweep_shape(mode: str, T: int, N: int, cbw: float, sweep_rows: list) -> None:
+def _check_against(ref: tuple, ref_caches: tuple, inp: dict, out: tuple) -> str | None:
+    """None when ``out`` (and the caches in ``inp``) match the reference outputs; else why not."""
+    from tolerances import assert_close
+    try:
+        assert_close(out[0], ref[0], "bf16", name="query")
+        assert_close(out[1], ref[1], "bf16", name="query_rope")
+        idx = inp["cache_index"].reshape(-1)
+        w = idx[idx >= 0]
+        assert_close(inp["kv_cache"].reshape(-1, 512)[w], ref_caches[0].reshape(-1, 512)[w], "bf16", name="kv rows")
+        assert_close(inp["kr_cache"].reshape(-1, 64)[w], ref_caches[1].reshape(-1, 64)[w], "bf16", name="kr rows")
+        return None
+    except AssertionError as e:
+        return str(e).splitlines()[0][:200]
+
+
+def bucket_config(mode: str, T: int, kern: str, ov: dict | None) -> dict:
+    """The JSON bucket (or row section) the launcher uses for (mode, T, kernel), with ``ov`` applied: what to
+    paste into ops/triton/configs/mla_prolog.json["cuda"]."""
+    cfg = K._all_configs()["cuda"][kern]
+    if kern == "row":
+        b = dict(cfg)
+    else:  # a8w8 winners go to "buckets_int8" (the launcher's table for int8 operands; create it from
+        # "buckets" where the JSON has none yet)
+        key = "buckets_int8" if mode == "a8w8" else "buckets"
+        b = dict(K._bucket(T, cfg.get(key, cfg["buckets"])))
+        b["_table"] = key
+    b.update(ov or {})
+    return b
+
+
+def sweep_shape(mode: str, T: int, N: int, cbw: float, sweep_rows: list, winners: list, t_end: float) -> None:
+    """Time the JSON config and every candidate of :func:`sweep_candidates` by CUDA-graph replay with rotated
+    weights, check each against the reference, and pick per kernel the fastest correct one (ties within 1 %
+    keep the JSON); then time the combination of the per-kernel winners."""
     inp = make(mode, T, N)
     wb = weight_bytes(inp)
     sets = rotations(inp)
-    us = graph_us([kernel_call(d) for d in sets] * max(1, 8 // len(sets)))
-    sweep_rows.append(f"| {mode} | {T} | json | {us:.1f} | {100 * wb / (us * 1e-6) / cbw:.0f}% |")
-    cands = [(f"down {d}", {"down": d}) for d in DOWN_SWEEP[1:]] + [(f"query {q}", {"query": q}) for q in QUERY_SWEEP[1:]]
-    best = {}
-    if cands:
-        for name, ov in cands:
-            try:
-                t = graph_us([kernel_call(d, ov) for d in sets] * max(1, 8 // len(sets)))
-            except Exception as e:  # noqa: BLE001
-                sweep_rows.append(f"| {mode} | {T} | {name} | error {type(e).__name__} | |")
-                continue
+    a = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+    ref = R.mla_prolog(**a)
+    ref_caches = (a["kv_cache"], a["kr_cache"])
+
+    def measure(ov):
+        b = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+        out = K.mla_prolog_config(**b, overrides=ov)
+        torch.cuda.synchronize()
+        bad = _check_against(ref, ref_caches, b, out)
+        if bad:
+            return None, bad
+        return graph_us([kernel_call(d, ov) for d in sets] * max(1, 8 // len(sets))), None
+
+    def row(name, t, bad=None):
+        if bad:
+            sweep_rows.append(f"| {mode} | {T} | {name} | WRONG: {bad} | |")
+        else:
             sweep_rows.append(f"| {mode} | {T} | {name} | {t:.1f} | {100 * wb / (t * 1e-6) / cbw:.0f}% |")
+        log(sweep_rows[-1])
+
+    try:
+        base, bad = measure(None)
+    except Exception as e:  # noqa: BLE001  (the candidates are still worth timing)
+        base, bad = float("inf"), f"error {type(e).__name__}: {str(e)[:160]}"
+    row("json", base, bad)
+    if bad:
+        base = float("inf")
+    best: dict[str, tuple[float, dict]] = {}
+    for kern, ov in sweep_candidates(T):
+        if time.time() > t_end:
+            log(f"[budget] {mode} T={T}: stopping the sweep early")
+            break
+        try:
+            t, bad = measure({kern: ov})
+        except Exception as e:  # noqa: BLE001  (compile failure, shared memory overflow, ...)
+            sweep_rows.append(f"| {mode} | {T} | {kern} {json.dumps(ov)} | error {type(e).__name__}: {str(e)[:120]} | |")
             log(sweep_rows[-1])
-            kind = name.split()[0]
-            if t < best.get(kind, (us, None))[0]:
-                best[kind] = (t, ov[kind])
-        if best:
-            ov = {k: v[1] for k, v in best.items()}
-            t = graph_us([kernel_call(d, ov) for d in sets] * max(1, 8 // len(sets)))
-            sweep_rows.append(f"| {mode} | {T} | best combined {ov} | {t:.1f} | {100 * wb / (t * 1e-6) / cbw:.0f}% |")
+            continue
+        row(f"{kern} {json.dumps(ov)}", t, bad)
+        if bad is None and t < 0.99 * min(base, best.get(kern, (float("inf"),))[0]):
+            best[kern] = (t, ov)
+    # final choice: the fastest correct of the JSON, each kernel's best alone, and all of them combined
+    finals = [(base, {})] + [(t, {k: ov}) for k, (t, ov) in best.items()]
+    if len(best) > 1:
+        comb = {k: v[1] for k, v in best.items()}
+        t, bad = measure(comb)
+        row(f"combined {json.dumps(comb)}", t, bad)
+        if bad is None:
+            finals.append((t, comb))
+    t_comb, comb = min(finals, key=lambda f: f[0])
+    pct = 100 * wb / (t_comb * 1e-6) / cbw
+    for name, ov in (("json", None), ("winner", comb or None)):
+        if time.time() > t_end or (name == "winner" and not comb):
+            break
+        try:  # where the time goes: per-kernel device µs (torch.profiler, eager calls, rotating weights)
+            kt = profile_kernels(sets, ov)
+            sweep_rows.append(f"| {mode} | {T} | {name}: per-kernel µs | down {kt.get('_down_kernel', 0):.1f}, row "
+                              f"{kt.get('_row_kernel', 0):.1f}, query {kt.get('_query_kernel', 0):.1f} | |")
             log(sweep_rows[-1])
+        except Exception as e:  # noqa: BLE001
+            log(f"profiler failed: {e}")
+    for kern in ("down", "row", "query"):
+        cfg = bucket_config(mode, T, kern, comb.get(kern))
+        tag = "changed" if kern in comb else "json kept"
+        winners.append(f"WINNER {mode} T={T} {kern} ({tag}; call {t_comb:.1f} µs = {pct:.0f}% of copy BW, json "
+                       f"{base:.1f} µs): {json.dumps(cfg)}")
+        log(winners[-1])
+
+
+def _warm_jobs(modes, Ts) -> list[tuple[str, int, dict | None]]:
+    jobs = []
+    for mode in modes:
+        for T in Ts:
+            jobs.append((mode, T, None))
+            jobs += [(mode, T, {k: ov}) for k, ov in sweep_candidates(T)]
+    return jobs
+
+
+def warm_part(modes, Ts, part: int, parts: int, N: int) -> None:
+    """Compile a contiguous share of the sweep's (mode, T, candidate) launches (fills Triton's disk cache)."""
+    jobs = _warm_jobs(modes, Ts)
+    n = len(jobs)
+    mine = jobs[part * n // parts:(part + 1) * n // parts]
+    cur, inp = None, None
+    for mode, T, ov in mine:
+        if cur != (mode, T):
+            cur, inp = (mode, T), make(mode, T, N)
+        try:
+            K.mla_prolog_config(**inp, overrides=ov)
+        except Exception as e:  # noqa: BLE001
+            log(f"[warm] {mode} T={T} {ov}: {type(e).__name__}: {str(e)[:200]}")
+    torch.cuda.synchronize()
+    log(f"[warm] part {part}/{parts}: {len(mine)} launches compiled")
+
+
+def precompile(args, modes, Ts) -> None:
+    """Run :func:`warm_part` in ``--jobs`` processes at once (Triton compiles on the CPU; its cache is on disk)."""
+    import subprocess
+    procs = []
+    for i in range(args.jobs):
+        c = [sys.executable, os.path.abspath(__file__), "--warm", "--sweep", "--modes", ",".join(modes), "--T",
+             ",".join(map(str, Ts)), "--N", str(args.N), "--part", f"{i}/{args.jobs}"]
+        procs.append(subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=args.warm_timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            out += "\n[warm] killed after --warm_timeout_s"
+        for line in out.splitlines():
+            if line.startswith("[warm]") or "Error" in line:
+                log(line)
 
 
 def main() -> int:
@@ -242,16 +406,30 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--warm", action="store_true", help="only compile every config (no timing)")
     ap.add_argument("--budget_s", type=float, default=1e9, help="skip remaining shapes after this many seconds")
+    ap.add_argument("--jobs", type=int, default=14, help="--sweep: parallel compile processes (0 = compile inline)")
+    ap.add_argument("--warm_timeout_s", type=float, default=55.0, help="--sweep: wait at most this for the compiles")
+    ap.add_argument("--part", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--no_bench", action="store_true", help="--sweep only: skip the main table (reference timing, profile)")
     args = ap.parse_args()
     t0 = time.time()
     Ts = [int(t) for t in args.T.split(",")]
     modes = args.modes.split(",")
+    if args.warm and args.part:
+        i, n = (int(v) for v in args.part.split("/"))
+        warm_part(modes, Ts, i, n, args.N)
+        return 0
+    if args.sweep and not args.warm:
+        if args.jobs > 0:
+            precompile(args, modes, Ts)
+            log(f"[{time.time() - t0:.0f}s] precompiled the sweep in {args.jobs} processes")
     cbw = 0.0 if args.warm else copy_bandwidth()
     if not args.warm:
         log(f"copy bandwidth {cbw / 1e12:.2f} TB/s")
-    rows, sweep_rows = [], []
+    rows, sweep_rows, winners = [], [], []
     for mode in modes:
         for T in Ts:
+            if args.sweep and args.no_bench and not args.warm:
+                continue
             if time.time() - t0 > args.budget_s:
                 log(f"[budget] skipping {mode} T={T}")
                 continue
@@ -263,24 +441,27 @@ def main() -> int:
             torch.cuda.empty_cache()
             write(args, cbw, rows, sweep_rows)
     if args.sweep and not args.warm:
-        for mode in modes:
-            for T in Ts:
-                if time.time() - t0 > args.budget_s:
+        shapes = [(m, T) for m in modes for T in Ts]
+        for i, (mode, T) in enumerate(shapes):
+                left = t0 + args.budget_s - time.time()
+                if left <= 0:
                     log(f"[budget] skipping sweep {mode} T={T}")
                     continue
-                try:
-                    sweep_shape(mode, T, args.N, cbw, sweep_rows)
+                try:  # each remaining shape gets an equal share of what is left of the budget
+                    sweep_shape(mode, T, args.N, cbw, sweep_rows, winners, time.time() + left / (len(shapes) - i))
                 except Exception:  # noqa: BLE001
                     log(f"sweep {mode} T={T} failed:\n{traceback.format_exc()}")
                 torch.cuda.empty_cache()
-                write(args, cbw, rows, sweep_rows)
+                write(args, cbw, rows, sweep_rows, winners)
     if args.warm:
         return 0
-    print(write(args, cbw, rows, sweep_rows))
-    return 0
+    text = write(args, cbw, rows, sweep_rows, winners)
+    print(text)
+    log(f"[{time.time() - t0:.0f}s] done")
+    return 1 if "FAIL" in text else 0
 
 
-def write(args, cbw: float, rows: list, sweep_rows: list) -> str:
+def write(args, cbw: float, rows: list, sweep_rows: list, winners: list | None = None) -> str:
     if args.warm:
         return ""
     head = ["# ds::mla_prolog — Triton vs unfused PyTorch (generated by perf/bench_mla_prolog.py)", "",
@@ -295,6 +476,9 @@ def write(args, cbw: float, rows: list, sweep_rows: list) -> str:
     if sweep_rows:
         text += "\n\nSweep (CUDA-graph µs per call; overrides of the JSON bucket):\n\n| mode | T | config | µs | % of copy BW |\n|---|---|---|---|---|\n"
         text += "\n".join(sweep_rows)
+    if winners:
+        text += "\n\nWinners (per kernel; the JSON bucket / row section with the winning override applied):\n\n```\n"
+        text += "\n".join(winners) + "\n```"
     text += "\n"
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -19,7 +19,7 @@ from hypothesis import example, given, settings, strategies as st
 import ops
 from ops import mla_prolog as M
 from reference.deepseek import rope_sin_cos
-from tests.tolerances import assert_close, poisoned_empty
+from tests.tolerances import _EMPTY, assert_close, poisoned_empty
 
 from tests.conftest import requires_triton
 
@@ -161,6 +161,34 @@ def test_full_c8_zero_query_row_is_finite():
     q, qr, s = run(inp)
     assert (q[:, 1] == 0).all() and (s[:, 1] == 0).all() and torch.isfinite(qr.float()).all()
     assert (s[:, 0] > 0).all()
+
+
+@pytest.mark.parametrize("pre,block_c,mode,dims", [
+    (1, 128, "bf16", {}), (3, 64, "bf16", {}), (4, 128, "partial", {}), (2, 128, "a8w8_c8", {}),
+    (3, 32, "bf16", dict(He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4)),
+])
+def test_pre_uk_chunks_loaded_before_the_k_loop(pre, block_c, mode, dims, monkeypatch):
+    """The "cuda" table's PRE_UK (W_UK chunks loaded before the K loop): 1–4 preloaded chunks, with and without
+    chunks left for the loop after them, chunks past Hckv (masked), and the full + C8 mode (two passes over
+    W_UK, where the launcher turns PRE_UK off)."""
+    import copy
+    cfg = copy.deepcopy(K._all_configs())
+    for key in ("buckets", "buckets_int8"):
+        for b in cfg["cuda"]["query"][key]:
+            b.update(PRE_UK=pre, BLOCK_C=block_c)
+    monkeypatch.setattr(K, "_all_configs", lambda: cfg)
+    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    K._cached_plan.cache_clear()
+    K._cached_launch.cache_clear()
+    try:
+        p = K.plan(5, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda", int8_query=mode != "bf16")
+        assert p["query"]["PRE_UK"] == pre and p["query"]["BLOCK_C"] == block_c
+        lp = K._make_launch(p, mode.startswith("a8w8"), mode != "bf16", mode.endswith("c8"), False, False, False, CUDA)
+        assert lp.query_kw["PRE_UK"] == (0 if mode == "a8w8_c8" else pre)
+        compare(small(mode, T=5, seed=20 + pre, **dims))
+    finally:
+        K._cached_plan.cache_clear()
+        K._cached_launch.cache_clear()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -394,6 +422,13 @@ def test_plan_reads_shapes_only_and_fills_the_device():
     assert d["SPLIT_K"] > 1 and d["grid"] >= 132
     assert d["SPLIT_K"] * d["K_PER_SPLIT"] >= 7168 > (d["SPLIT_K"] - 1) * d["K_PER_SPLIT"]
     assert p["query"]["grid"] == 128
+    # W_UK prefetch programs (CUDA only) come after the T row programs; one token tile → W_UQ_QR evict-first
+    r = p["row"]
+    assert r["n_row"] == 1 and r["PF_BLOCK"] > 0 and r["grid"] == 1 + 2 * 132
+    assert p["query"]["EV_W"] == "evict_first" and p["query"]["EV_UK"] == "evict_first"
+    pa = K.plan(1, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="ascend")
+    assert pa["row"]["PF_BLOCK"] == 0 and pa["row"]["grid"] == pa["row"]["n_row"]
+    assert pa["query"]["EV_W"] == "" and pa["query"]["EV_UK"] == ""
     # fp32 operands: fewer pipeline stages so shared memory fits (the H200 run 1 overflowed with 4 stages: 250 KB)
     p32 = K.plan(1, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="cuda", cores=132, act_bytes=4)
     q, q32 = p["query"], p32["query"]

@@ -20,7 +20,8 @@ its weights once with enough programs to fill the device:
    saturated to [−128, 127]). Negative ids and ids ≥ num_blocks·block_size are never written (masked
    stores, so the kernel cannot write outside the cache even with eager checks off). ``SPLIT_K`` is a
    constexpr here and every load of a token is issued before its first use (latency, not bytes, is what
-   this kernel costs).
+   this kernel costs). On CUDA extra programs read W_UK into L2 (evict-last hint) meanwhile: HBM is idle
+   during this kernel, and the query kernel reads W_UK only after its K loop.
 3. :func:`_query_kernel` — one program per (head, token tile): ``cqn @ W_UQ_QR[:, head]`` over the head's
    D nope columns and its Dr rope columns (contiguous tiles); epilogue: dequant (int8) → round to dt →
    the nope part is multiplied by W_UK[head]
@@ -30,6 +31,8 @@ its weights once with enough programs to fill the device:
    and rotate-half are two tiny ``tl.dot`` with constant ±1 permutation matrices on the dt-rounded qr
    (exact: one non-zero product per output), so the weight tile stays contiguous (no strided gathers
    that would defeat cp.async pipelining) and no tl.split / reshape is needed (triton-ascend subset).
+   On CUDA the first ``PRE_UK`` W_UK chunks are loaded before the K loop, and W_UQ_QR is read with an L2
+   evict-first hint (streamed once) so it does not evict the prefetched W_UK.
 
 All quant modes of the reference (bf16, partial, full A8W8, and each with C8) run in these three kernels.
 Measured limits per kernel (H200): docs/perf/mla_prolog.md.
@@ -280,14 +283,31 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
                 T, TCT, Hcq, Hckv, Dr, num_slots, block_size,
                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_idx,
                 s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, s_cqn,
-                eps_cq, eps_ckv,
+                eps_cq, eps_ckv, n_row, pf_n, pf_flag,
                 SPLIT_K: tl.constexpr, INT8: tl.constexpr, QUANT_CQ: tl.constexpr, HAS_SMOOTH: tl.constexpr,
                 KV_INT8: tl.constexpr, KR_INT8: tl.constexpr,
-                BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_R: tl.constexpr, ASCEND: tl.constexpr):
-    """One token per iteration. Every global load of the iteration is issued first (partials of all
-    splits, scales, sin/cos, the slot id) so the kernel costs about one memory round trip per token."""
+                BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_R: tl.constexpr, ASCEND: tl.constexpr,
+                PF_BLOCK: tl.constexpr = 0):
+    """One token per iteration of programs ``pid < n_row``. Every global load of the iteration is issued
+    first (partials of all splits, scales, sin/cos, the slot id) so the kernel costs about one memory
+    round trip per token.
+    PF_BLOCK > 0 (CUDA): programs ``pid ≥ n_row`` read the first ``pf_n`` elements of W_UK (``dt_ptr``,
+    contiguous) with an L2 evict-last hint, so the query kernel finds W_UK in L2: HBM is otherwise idle
+    while this latency-bound kernel runs, and the query kernel's W_UK reads come after its K loop, where
+    nothing else is in flight. The values are summed into a store that ``pf_flag`` (always 0) masks off,
+    so the loads are kept and nothing is written."""
     pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
+    if PF_BLOCK > 0:
+        n_pf = tl.num_programs(0) - n_row
+        pf_items = tl.cdiv(pf_n, PF_BLOCK) * (pid >= n_row).to(tl.int32)
+        pacc = tl.zeros([PF_BLOCK], dtype=tl.float32)
+        for i in range(tl.maximum(pid - n_row, 0), pf_items, n_pf):
+            offs = tl.full([], i, tl.int64) * PF_BLOCK + tl.arange(0, PF_BLOCK)
+            pv = tl.load(dt_ptr + offs, mask=offs < pf_n, other=0.0, eviction_policy="evict_last")
+            pacc += pv.to(tl.float32)
+        never = (tl.zeros([PF_BLOCK], dtype=tl.int32) + pf_flag) != 0
+        tl.store(ws_ptr + tl.arange(0, PF_BLOCK), pacc.to(ws_ptr.dtype.element_ty), mask=never)
+    nprog = n_row
     dt = dt_ptr.dtype.element_ty
     CT = Hcq + Hckv + Dr
     Dr2 = Dr // 2
@@ -312,7 +332,7 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
         wsc_o = 1.0
     if HAS_SMOOTH:
         sm = tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
-    for t in range(pid, T, nprog):
+    for t in range(pid, T * (pid < n_row).to(tl.int32), nprog):
         tq = tl.full([], t, tl.int64)
         row = tq * CT
         # ---- every load first ----
@@ -394,14 +414,32 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
 # 3. per-head query GEMM + W_UK absorption + RoPE
 # ==============================================================================================
 @triton.jit
-def _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_C: tl.constexpr):
+def _load_uk(wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, BLOCK_C: tl.constexpr, EV: tl.constexpr):
+    """W_UK[h][:, c0 : c0 + BLOCK_C] as a [BLOCK_D, BLOCK_C] tile (zeros past D / Hckv); EV = L2 eviction hint."""
     cc = c0 + tl.arange(0, BLOCK_C)
     c_m = cc < Hckv
     u = tl.load(wuk_ptr + h_off + dcol.to(tl.int64)[:, None] * s_ud + cc.to(tl.int64)[None, :] * s_uc,
-                mask=d_m[:, None] & c_m[None, :], other=0.0)
+                mask=d_m[:, None] & c_m[None, :], other=0.0, eviction_policy=EV)
+    return u
+
+
+@triton.jit
+def _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_C: tl.constexpr, EV: tl.constexpr = ""):
+    cc = c0 + tl.arange(0, BLOCK_C)
+    c_m = cc < Hckv
+    u = _load_uk(wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, BLOCK_C, EV)
     q = _dot(qc, u, tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32), False, IEEE)
     return q, cc, c_m
+
+
+@triton.jit
+def _absorb_pre(qc, u, q_row, r_m, c0, Hckv, IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Absorption of one W_UK chunk ``u`` that was loaded before the K loop; stores query[:, c0 : c0 + BLOCK_C]."""
+    cc = c0 + tl.arange(0, BLOCK_C)
+    c_m = cc < Hckv
+    q = _dot(qc, u, tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32), False, IEEE)
+    tl.store(q_row + cc[None, :], q.to(q_row.dtype.element_ty), mask=r_m[:, None] & c_m[None, :])
 
 
 @triton.jit
@@ -412,9 +450,15 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
                   s_qt, s_qh, s_qrt, s_qrh,
                   INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-                  BLOCK_C: tl.constexpr, ASCEND: tl.constexpr):
+                  BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr = 0, EV_W: tl.constexpr = "",
+                  EV_UK: tl.constexpr = ""):
     """Work item = (head h, token tile), token tile fastest (the head's weights are shared in L2).
     BLOCK_D ≥ D (nope columns), BLOCK_R ≥ Dr (rope columns, read contiguously).
+    PRE_UK (0..4, CUDA, not with Q8): the loads of the first PRE_UK W_UK[h] chunks are issued before the
+    K loop, so they stream while it runs instead of after it (the absorption tail otherwise waits for
+    PRE_UK·BLOCK_C·D·2 bytes with nothing else in flight). Costs D·BLOCK_C·2 bytes of registers per chunk.
+    EV_W / EV_UK (CUDA): L2 eviction hints of the W_UQ_QR and W_UK loads ("" = none; "evict_first" for
+    W_UQ_QR streamed once, so it does not push out the W_UK the row kernel prefetched with evict-last).
     ASCEND: rows / columns past T / D / Dr are masked, not wrapped (triton-adapter's pointer analysis
     needs affine offsets); the launcher passes unit inner strides (s_ak = s_wn = s_uc = s_sin_d =
     s_cos_d = 1)."""
@@ -433,19 +477,15 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
     # RoPE as two exact permutation products on the dt-rounded interleaved qr (one non-zero ±1 per column):
     #   d = qr @ P   = [x0, x2, …, x1, x3, …]              (de-interleave)
     #   rot = qr @ Q = [−x1, −x3, …, x0, x2, …]            (rotate_half(d))
+    # (CUDA builds them after the K loop: live across it they cost ~64 registers per thread)
     ii = rc[:, None]
     cc_ = rc[None, :]
-    lo = cc_ < Dr2
-    hi = (cc_ >= Dr2) & (cc_ < Dr)
     if ASCEND:  # same matrices from 1-D source rows / signs: two 2-D compares, not eight (UB)
         src_p = tl.where(rc < Dr2, 2 * rc, 2 * (rc - Dr2) + 1)
         src_q = tl.where(rc < Dr2, 2 * rc + 1, 2 * (rc - Dr2))
         sgn_q = tl.where(rc < Dr2, -1.0, 1.0)
         P = tl.where((ii == src_p[None, :]) & rc_m[None, :], 1.0, 0.0).to(dt)
         Q = tl.where((ii == src_q[None, :]) & rc_m[None, :], sgn_q[None, :], 0.0).to(dt)
-    else:
-        P = tl.where((lo & (ii == 2 * cc_)) | (hi & (ii == 2 * (cc_ - Dr2) + 1)), 1.0, 0.0).to(dt)
-        Q = tl.where(lo & (ii == 2 * cc_ + 1), -1.0, tl.where(hi & (ii == 2 * (cc_ - Dr2)), 1.0, 0.0)).to(dt)
     for item in range(pid, NH * m_tiles, nprog):
         h = item // m_tiles
         mt = item % m_tiles
@@ -463,6 +503,15 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
         a_ptrs = a_ptr + rw[:, None] * s_at + rk[None, :] * s_ak
         bn_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + nope_c[None, :] * s_wn
         br_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + rope_c[None, :] * s_wn
+        h_off = h64 * s_uh
+        if PRE_UK >= 1:
+            u0 = _load_uk(wuk_ptr, h_off, dcol, d_m, 0, Hckv, s_ud, s_uc, BLOCK_C, EV_UK)
+        if PRE_UK >= 2:
+            u1 = _load_uk(wuk_ptr, h_off, dcol, d_m, BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C, EV_UK)
+        if PRE_UK >= 3:
+            u2 = _load_uk(wuk_ptr, h_off, dcol, d_m, 2 * BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C, EV_UK)
+        if PRE_UK >= 4:
+            u3 = _load_uk(wuk_ptr, h_off, dcol, d_m, 3 * BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C, EV_UK)
         if INT8:
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.int32)
             acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
@@ -482,13 +531,13 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
                     br = tl.load(br_ptrs, mask=km[:, None] & rc_m[None, :], other=0)
             elif EVEN_K:
                 a = tl.load(a_ptrs)
-                bn = tl.load(bn_ptrs)
-                br = tl.load(br_ptrs)
+                bn = tl.load(bn_ptrs, eviction_policy=EV_W)
+                br = tl.load(br_ptrs, eviction_policy=EV_W)
             else:
                 km = (k + rk) < Hcq
                 a = tl.load(a_ptrs, mask=km[None, :], other=0)
-                bn = tl.load(bn_ptrs, mask=km[:, None], other=0)
-                br = tl.load(br_ptrs, mask=km[:, None], other=0)
+                bn = tl.load(bn_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
+                br = tl.load(br_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
             acc_n = _dot(a, bn, acc_n, INT8, IEEE)
             acc_r = _dot(a, br, acc_r, INT8, IEEE)
             a_ptrs += BLOCK_K * s_ak
@@ -510,7 +559,6 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
         qc = tl.where(d_m[None, :], qc, 0.0).to(dt)
         qr = tl.where(rc_m[None, :], qr, 0.0).to(dt)
         # ---- absorption: query[t, h] = qc @ W_UK[h] ----
-        h_off = h64 * s_uh
         q_row = q_ptr + rows.to(tl.int64)[:, None] * s_qt + h64 * s_qh
         if Q8:
             amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -526,10 +574,24 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
                 tl.store(q_row + cc[None, :], _sat_int8(v, -127.0), mask=r_m[:, None] & c_m[None, :])
             tl.store(dsq_ptr + rows.to(tl.int64) * NH + h, scale, mask=r_m)
         else:
-            for c0 in range(0, Hckv, BLOCK_C):
-                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
+            if PRE_UK >= 1:
+                _absorb_pre(qc, u0, q_row, r_m, 0, Hckv, IEEE, BLOCK_M, BLOCK_C)
+            if PRE_UK >= 2:
+                _absorb_pre(qc, u1, q_row, r_m, BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
+            if PRE_UK >= 3:
+                _absorb_pre(qc, u2, q_row, r_m, 2 * BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
+            if PRE_UK >= 4:
+                _absorb_pre(qc, u3, q_row, r_m, 3 * BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
+            for c0 in range(PRE_UK * BLOCK_C, Hckv, BLOCK_C):
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C,
+                                           EV_UK)
                 tl.store(q_row + cc[None, :], q.to(q_ptr.dtype.element_ty), mask=r_m[:, None] & c_m[None, :])
         # ---- RoPE: interleaved pairs in, rotate-half out: d·cos + rotate_half(d)·sin ----
+        if not ASCEND:
+            lo = cc_ < Dr2
+            hi = (cc_ >= Dr2) & (cc_ < Dr)
+            P = tl.where((lo & (ii == 2 * cc_)) | (hi & (ii == 2 * (cc_ - Dr2) + 1)), 1.0, 0.0).to(dt)
+            Q = tl.where(lo & (ii == 2 * cc_ + 1), -1.0, tl.where(hi & (ii == 2 * (cc_ - Dr2)), 1.0, 0.0)).to(dt)
         zero = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
         d = _dot(qr, P, zero, False, IEEE)
         rot = _dot(qr, Q, zero, False, IEEE)
@@ -625,15 +687,23 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     # --- row kernel ---
     r = dict(cfg["row"])
     r.update(ov.get("row", {}))
-    r.update(BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), grid=_grid(T, int(r.get("grid_cap", 0))))
+    n_row = _grid(T, int(r.get("grid_cap", 0)))
+    pf = key == "cuda" and bool(r.get("prefetch_uk", 0))   # W_UK → L2 from extra programs (CUDA only)
+    pf_progs = max(1, int(float(r.get("prefetch_programs_per_core", 2)) * cores)) if pf else 0
+    r.update(BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), n_row=n_row, grid=n_row + pf_progs,
+             PF_BLOCK=int(r.get("PF_BLOCK", 8192)) if pf else 0)
     # --- query kernel ---
     qc = cfg["query"]
     q = dict(_bucket(T, qc["buckets_int8" if int8_query and "buckets_int8" in qc else "buckets"]))
     q.update(ov.get("query", {}))
     qbm, qbk = int(q["BLOCK_M"]), int(q["BLOCK_K"])
     bd, br, bc = _p2(D), _p2(Dr), int(q["BLOCK_C"])
+    # L2 hints (CUDA): W_UQ_QR evict-first when one token tile reads each head's columns (no reuse), W_UK
+    # evict-first when the row kernel prefetched it (demotes the evict-last lines once read)
+    ev_w = key == "cuda" and bool(q.get("evict_first_w", qc.get("evict_first_w", 0))) and _cdiv(T, qbm) == 1
     q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0),
-             grid=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))))
+             grid=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))),
+             EV_W="evict_first" if ev_w else "", EV_UK="evict_first" if pf else "")
     eb = 1 if int8_query else act_bytes
     epi = (bd * bc + qbm * bd + 2 * br * br + qbm * br) * act_bytes
     q["num_stages"] = _fit_stages(int(q.get("num_stages", 1)), (qbm * qbk + qbk * (bd + br)) * eb, epi, smem)
@@ -652,6 +722,7 @@ class _Launch(NamedTuple):
     """Everything of the three launches that depends only on shapes, dtypes and the plan (grids, SPLIT_K,
     constexprs, num_warps / num_stages), in the keyword order the launcher passes them."""
     asc: bool
+    n_row: int
     split_k: int
     k_per_split: int
     down_grid: tuple
@@ -673,13 +744,14 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
         down_kw["num_stages"] = int(d["num_stages"])
     row_kw = dict(SPLIT_K=d["SPLIT_K"], INT8=full, QUANT_CQ=qint8, HAS_SMOOTH=qint8 and has_smooth, KV_INT8=kv8,
                   KR_INT8=kr8, BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], ASCEND=asc,
-                  num_warps=int(r["num_warps"]))
+                  PF_BLOCK=int(r.get("PF_BLOCK", 0)), num_warps=int(r["num_warps"]))
     query_kw = dict(INT8=qint8, Q8=full and kv8, IEEE=ieee, EVEN_K=q["EVEN_K"],
                     BLOCK_M=int(q["BLOCK_M"]), BLOCK_K=int(q["BLOCK_K"]), BLOCK_D=q["BLOCK_D"], BLOCK_R=q["BLOCK_R"],
-                    BLOCK_C=int(q["BLOCK_C"]), ASCEND=asc, num_warps=int(q["num_warps"]))
+                    BLOCK_C=int(q["BLOCK_C"]), ASCEND=asc, PRE_UK=0 if asc or (full and kv8) else int(q.get("PRE_UK", 0)),
+                    EV_W=q.get("EV_W", ""), EV_UK=q.get("EV_UK", ""), num_warps=int(q["num_warps"]))
     if on_cuda:
         query_kw["num_stages"] = int(q["num_stages"])
-    return _Launch(asc, d["SPLIT_K"], d["K_PER_SPLIT"], (d["grid"],), down_kw, (r["grid"],), row_kw,
+    return _Launch(asc, int(r.get("n_row", r["grid"])), d["SPLIT_K"], d["K_PER_SPLIT"], (d["grid"],), down_kw, (r["grid"],), row_kw,
                    (q["grid"],), query_kw)
 
 
@@ -851,6 +923,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1), idx.stride(0),
         kv_w.stride(0), kv_w.stride(1), kv_w.stride(3), kr_w.stride(0), kr_w.stride(1),
         kr_w.stride(3), s_qsckv, s_qsckr, cqn.stride(0), float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv),
+        lp.n_row, weight_uk.numel() if lp.row_kw["PF_BLOCK"] and weight_uk.is_contiguous() else 0, 0,
         **lp.row_kw)
     if kv_w is not kv_cache:
         kv_cache.copy_(kv_w)
@@ -891,6 +964,8 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
     """(kernel × launch config × mode) cases of one config table, for offline compile checks
     (``ascend_compile_cases`` for triton-ascend; the "cuda" table can be lowered for sm_90 the same way)."""
     cfg = _all_configs()[backend_key]
+    # split counts as on the device: the config's core count, else an H200's 132 SMs (the CUDA table says 0 = ask)
+    n_cores = int(cfg.get("cores", 0)) or 132
     cases: list[dict] = []
     i32, f32 = "i32", "*fp32"
     asc = backend_key == "ascend"
@@ -917,7 +992,7 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                           BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), ASCEND=asc)
                 ones(sig, ce, ("s_xk", "s_dq_n", "s_kv_n"))
                 splits = {plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key,
-                               int8_down=int8)["down"]["SPLIT_K"]
+                               int8_down=int8, cores=n_cores)["down"]["SPLIT_K"]
                           for T in (1, 16, 32, 64, 128, 4096) if _bucket(T, cfg["down"]["buckets"]) is b}
                 if splits == {1}:
                     ones(sig, ce, ("SPLIT_K",))
@@ -932,15 +1007,16 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                   "s_cos_t", "s_cos_d", "s_idx", "s_kv_b", "s_kv_s", "s_kv_c", "s_kr_b", "s_kr_s", "s_kr_c",
                   "s_qsckv", "s_qsckr", "s_cqn"):
             sig[a] = i32
-        sig.update(eps_cq="fp32", eps_ckv="fp32")
+        sig.update(eps_cq="fp32", eps_ckv="fp32", n_row=i32, pf_n=i32, pf_flag=i32)
         for c in ("SPLIT_K", "INT8", "QUANT_CQ", "HAS_SMOOTH", "KV_INT8", "KR_INT8", "BLOCK_Q", "BLOCK_KV", "BLOCK_R",
-                  "ASCEND"):
+                  "ASCEND", "PF_BLOCK"):
             sig[c] = "constexpr"
         splits = sorted({plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key,
-                              int8_down=x8)["down"]["SPLIT_K"] for T in (1, 16, 32, 64, 128, 4096)})
+                              int8_down=x8, cores=n_cores)["down"]["SPLIT_K"] for T in (1, 16, 32, 64, 128, 4096)})
         for sk in splits:
             ce = dict(SPLIT_K=sk, INT8=x8, QUANT_CQ=uq8, HAS_SMOOTH=smooth, KV_INT8=kv8, KR_INT8=kr8,
-                      BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), ASCEND=asc)
+                      BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), ASCEND=asc,
+                      PF_BLOCK=0 if asc else int(cfg["row"].get("PF_BLOCK", 8192)) * bool(cfg["row"].get("prefetch_uk", 0)))
             ones(sig, ce, ("s_sin_d", "s_cos_d", "s_idx", "s_kv_c", "s_kr_c", "s_qsckv", "s_qsckr"))
             cases.append(dict(name=f"mla_prolog_row_{mode}_split{sk}_{dt[1:]}", fn=_row_kernel, signature=sig,
                               constexprs=ce))
@@ -958,11 +1034,11 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                               "s_uc", "s_sin_t", "s_sin_d", "s_cos_t", "s_cos_d", "s_qt", "s_qh", "s_qrt", "s_qrh"):
                         sig[a] = i32
                     for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C",
-                              "ASCEND"):
+                              "ASCEND", "PRE_UK", "EV_W", "EV_UK"):
                         sig[c] = "constexpr"
                     ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]),
-                              ASCEND=asc)
+                              ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="", EV_UK="")
                     ones(sig, ce, ("s_ak", "s_wn", "s_uc", "s_sin_d", "s_cos_d"))
                     cases.append(dict(name=f"mla_prolog_query_t{b['max_t']}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
                                       fn=_query_kernel, signature=sig, constexprs=ce))

@@ -65,7 +65,7 @@ def main() -> int:
     print(open(test_log).read()[-3000:], flush=True)
     res = os.path.join(args.out, "mla_prolog_results.md")
     left = max(30.0, args.budget_s - (time.time() - t0))
-    c = [py, "perf/bench_mla_prolog.py", "--out", res, "--budget_s", str(left)] + (["--sweep"] if args.sweep else [])
+    c = [py, "perf/bench_mla_prolog.py", "--out", res, "--budget_s", str(left)] + (["--sweep", "--jobs", "0"] if args.sweep else [])
     with open(os.path.join(args.out, "bench_log.txt"), "w") as f:
         rb = subprocess.run(c, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
         f.write(rb.stdout)
