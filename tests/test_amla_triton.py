@@ -421,8 +421,11 @@ def test_cuda_tiles_under_the_interpreter(gen, ti, bs):
 
 @pytest.mark.parametrize("name", list(_CUDA_CANDIDATES))
 def test_cuda_sweep_candidates_under_the_interpreter(gen, name):
+    cfg = dict(_CUDA_CANDIDATES[name], key="cuda")
+    splits = cfg.pop("splits", 2)                # the sweep's forced split count (bench: "splits")
     args = make(2, 1, 8, [45, 70], gen, bs=64)
-    check(args, config=dict(_CUDA_CANDIDATES[name], key="cuda"), variant="amla_lazy", num_splits=2)
+    check(args, config=cfg, variant="amla_lazy", num_splits=splits)
+    assert tri.LAST_LAUNCH["plan"]["num_splits"] == splits
 
 
 @pytest.mark.parametrize("variant", ["amla", "amla_lazy", "multiply_lazy"])
@@ -518,3 +521,52 @@ def test_random_sweep(B, S_q, N, lens, bs, causal, variant, num_splits, seed):
     g = torch.Generator().manual_seed(seed)
     args = make(B, S_q, N, lens[:B], g, bs=bs)
     check(args, causal, variant=variant, num_splits=num_splits)
+
+
+# ----------------------------------------------------------------------------------------------
+# peeled key loop: full tiles run a mask-free body, the partial last tile / causal diagonal a masked one
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("variant,bn,flat", [("amla", 16, True), ("amla_lazy", 16, True), ("multiply_lazy", 16, True),
+                                             ("amla_lazy", 32, False)])
+def test_peeled_tail_is_bit_identical_to_one_masked_loop(gen, variant, bn, flat):
+    """peel=True vs peel=False (one masked loop): bit-identical out and lse, both matching the reference, for
+    seq_lens a multiple of BLOCK_N, one past it, one short of it, shorter than a tile, 0; causal S_q = 3 (the
+    diagonal straddles a tile boundary for some lengths); one and three splits; NaN in every unused slot."""
+    lens = [2 * bn, 2 * bn + 1, 3 * bn - 1, 5, 0, bn]
+    args = make(len(lens), 3, 2, lens, gen, bs=32)
+    for ns in (1, 3):
+        base = dict(key="cuda", BLOCK_M=16, BLOCK_N=bn, flat=flat)
+        o1, l1 = check(args, config=dict(base, peel=True), variant=variant, num_splits=ns)
+        assert tri.LAST_LAUNCH["plan"]["peel"] and tri.LAST_LAUNCH["plan"]["flat"] == flat
+        o0, l0 = run(args, config=dict(base, peel=False), variant=variant, num_splits=ns)
+        assert not tri.LAST_LAUNCH["plan"]["peel"]
+        assert torch.equal(o1, o0) and torch.equal(l1, l0), ns
+
+
+def test_peeled_loop_two_row_blocks_causal_mtp(gen, causal=True):
+    """S_q = 4, N = 8: 32 rows in two BLOCK_M = 16 blocks whose tokens see different key counts (each block has
+    its own full-tile bound); L a multiple of BLOCK_N plus 3, and exactly a multiple."""
+    lens = [2 * 16 + 3, 48]
+    args = make(2, 4, 8, lens, gen, bs=16)
+    o, l = check(args, causal, config=dict(key="cuda", BLOCK_M=16, BLOCK_N=16, peel=True), variant="amla_lazy",
+                 num_splits=2)
+    o0, l0 = run(args, causal, config=dict(key="cuda", BLOCK_M=16, BLOCK_N=16, peel=False), variant="amla_lazy",
+                 num_splits=2)
+    assert torch.equal(o, o0) and torch.equal(l, l0)
+
+
+def test_peel_is_on_for_cuda_and_the_interpreter_off_for_ascend():
+    dev = torch.device("cpu")
+    assert tri.launch_plan(2, 1, 16, 4096, dev, {"key": "cuda", "cores": 132})["peel"]
+    assert tri.launch_plan(2, 1, 16, 4096, dev)["peel"]
+    assert not tri.launch_plan(2, 1, 16, 4096, dev, {"key": "ascend"})["peel"]
+    assert all(not c["constexprs"].get("PEEL", False) for c in tri.ascend_compile_cases())
+
+
+def test_merge_false_runs_only_the_forward_kernel(gen):
+    """merge=False (benchmarks: the forward kernel alone) launches no merge; merge=True does."""
+    args = make(2, 1, 4, [40, 9], gen)
+    run(args, num_splits=3, merge=False)
+    assert "merge" not in tri.LAST_LAUNCH and tri.LAST_LAUNCH["plan"]["num_splits"] == 3
+    run(args, num_splits=3)
+    assert "merge" in tri.LAST_LAUNCH

@@ -40,6 +40,11 @@ Addressing and work split (constexprs, from the launch config):
 * ``DV_SPLIT=2`` — the 512 output columns are split between two programs, each recomputing S (1664
   executed vs 1088 useful FLOP per key and row) for half the accumulator registers; S is summed pairwise
   ((a + b) + (c + d)) + rope so both halves see bit-identical logits; only the first writes lse.
+* ``PEEL`` — full key tiles (below every valid row's limit and the range end) run a body with no load mask and
+  no logit select; the partial last tile and the causal diagonal the masked one (bit-identical results).
+  With ``FLAT`` the page id of the next tile is loaded one tile ahead, so the tile loads are not "indirect"
+  for Triton's pipeliner and num_stages = s keeps s − 1 KV tiles in flight (loaded in the same iteration,
+  every tile got one buffer whose copy was issued only after the previous tile's P·V).
 * ``FGUARD`` — the AMLA guard as fp32 compares on a select of O (Ascend: bishengir spreads an integer op on
   the bitcast of a loop-carried MMA accumulator over 32-byte blocks, 8× the unified buffer); bit-identical.
 
@@ -102,6 +107,160 @@ def _pow2_rescale(acc, n_add, dn, fac, FGUARD: tl.constexpr):
 
 
 @triton.jit
+def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt,
+              qa, qb, qc, qd, qr, qn, qrp, row_ok, col_a, col_c,
+              kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
+              D_V: tl.constexpr, D_R: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+              RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
+              Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr,
+              MASKED: tl.constexpr):
+    """One key tile [k0, k0 + BLOCK_N) of the online softmax: loads c_kv / k_rope once, S = Q·Kᵀ, rescale, O += P·V.
+    MASKED=False (a full tile: k0 + BLOCK_N ≤ every valid row's limit and ≤ end): no load mask, no logit select.
+    MASKED=True: keys ≥ end read as 0 and every logit at or past its row's limit (causal) is −inf.
+    pg_nxt: the page id of this tile (FLAT), loaded one tile ahead so the tile's loads do not wait for it
+    (Triton then multi-buffers them with num_stages ≥ 3). Returns the updated state and the next page id."""
+    NEG_INF: tl.constexpr = float("-inf")
+    LOG2E: tl.constexpr = 1.4426950408889634
+    TWO23: tl.constexpr = 8388608.0
+    DC: tl.constexpr = D_V // 4
+    dc = tl.arange(0, DC)
+    dr = tl.arange(0, D_R)
+    p_dtype = kv_ptr.dtype.element_ty
+    kpos = k0 + tl.arange(0, BLOCK_N)
+    kmask = kpos < end                                      # only read when MASKED
+    if FLAT:
+        # k0 is a multiple of BLOCK_N and BLOCK_N divides PAGE: the whole tile lies in one page, one
+        # scalar page id (an out-of-range id, a caller error, is redirected to page 0)
+        pg = tl.where((pg_nxt >= 0) & (pg_nxt < NUM_PAGES), pg_nxt, 0).to(tl.int64)
+        pg_nxt = tl.load(bt_row + (k0 + BLOCK_N) // PAGE, mask=k0 + BLOCK_N < end, other=0)
+        slot = (k0 % PAGE) + tl.arange(0, BLOCK_N)
+        kb = kv_ptr + pg * skv_p + (slot * skv_s)[:, None]
+        krp = kr_ptr + pg * skr_p + (slot * skr_s)[:, None] + dr[None, :]
+    else:
+        # page id per key (masked: entries past ceil(L/PAGE) are never read; an out-of-range id, a caller
+        # error, is redirected to page 0 rather than read out of bounds), 64-bit offsets
+        if MASKED:
+            page = tl.load(bt_row + kpos // PAGE, mask=kmask, other=0)
+        else:
+            page = tl.load(bt_row + kpos // PAGE)
+        page = tl.where((page >= 0) & (page < NUM_PAGES), page, 0).to(tl.int64)
+        slot = (kpos % PAGE).to(tl.int64)
+        kb = kv_ptr + (page * skv_p + slot * skv_s)[:, None]
+        krp = kr_ptr + (page * skr_p + slot * skr_s)[:, None] + dr[None, :]
+    if MASKED:
+        # keys past the range read as 0 (never NaN: unused slots are never loaded), the logits are masked below
+        k_a = tl.load(kb + col_a + dc[None, :], mask=kmask[:, None], other=0.0)
+        k_b = tl.load(kb + (col_a + DC) + dc[None, :], mask=kmask[:, None], other=0.0)
+        k_c = tl.load(kb + col_c + dc[None, :], mask=kmask[:, None], other=0.0)
+        k_d = tl.load(kb + (col_c + DC) + dc[None, :], mask=kmask[:, None], other=0.0)
+        kr = tl.load(krp, mask=kmask[:, None], other=0.0)
+    else:
+        # a full tile: every key is below every row's limit, no mask at all
+        k_a = tl.load(kb + col_a + dc[None, :])
+        k_b = tl.load(kb + (col_a + DC) + dc[None, :])
+        k_c = tl.load(kb + col_c + dc[None, :])
+        k_d = tl.load(kb + (col_c + DC) + dc[None, :])
+        kr = tl.load(krp)
+    if Q_IN_LOOP:
+        qm = row_ok[:, None] & (k0 >= 0)                   # depends on k0: keeps the load in the loop
+        qa = tl.load(qn + col_a + dc[None, :], mask=qm, other=0.0)
+        qb = tl.load(qn + (col_a + DC) + dc[None, :], mask=qm, other=0.0)
+        qc = tl.load(qn + col_c + dc[None, :], mask=qm, other=0.0)
+        qd = tl.load(qn + (col_c + DC) + dc[None, :], mask=qm, other=0.0)
+        qr = tl.load(qrp, mask=qm, other=0.0)
+
+    # S = scale·(q_nope·c_kvᵀ + q_rope·k_ropeᵀ): five short tensor-core chains summed in IEEE fp32
+    # (the MMA accumulator truncates; one 576-long chain biases the logits by ~1e-5 at DeepSeek scales).
+    # Pairwise ((a + b) + (c + d)) + rope: fp32 addition commutes, so both column halves (DV_SPLIT = 2,
+    # which see the chunks in swapped order) compute bit-identical logits
+    s = (tl.dot(qa, tl.trans(k_a)) * scale + tl.dot(qb, tl.trans(k_b)) * scale) + \
+        (tl.dot(qc, tl.trans(k_c)) * scale + tl.dot(qd, tl.trans(k_d)) * scale)
+    s = s + tl.dot(qr, tl.trans(kr)) * scale
+    if MASKED:
+        vis = (kpos[None, :] < lim[:, None]) & kmask[None, :]
+        s = tl.where(vis, s, NEG_INF)                       # select, never multiply by a mask
+
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_use = tl.where(m_new == NEG_INF, 0.0, m_new)          # rows with no key yet: no −inf − (−inf)
+    mL = m_use * LOG2E
+    fresh = m_i == NEG_INF                                  # the row had no key before this block
+    if RESCALE == 1:
+        # AMLA: reference 2^n, n = rint(−m/ln2), re-chosen once m/ln2 + n > LAZY (LAZY < 0: every block)
+        renew = (mL + n_i > LAZY) | fresh
+        n_new = tl.where(renew, tl.floor(0.5 - mL), n_i)
+        c32 = tl.exp2(mL + n_new)                           # c = e^m·2^n
+        if ROUND_C:
+            c_r = c32.to(p_dtype).to(tl.float32)            # CANN rounds c to the KV dtype ...
+        else:
+            c_r = c32
+        cof = c32 / c_r                                     # ... and compensates the rounding below
+        dn = tl.where(fresh, 0.0, n_new - n_i)
+        dn = tl.maximum(dn, -30.0)                          # shift clamp
+        dn_i = dn.to(tl.int32)
+        pow2 = ((dn_i + 127) << 23).to(tl.float32, bitcast=True)   # exactly 2^dn
+        ratio = cof_i / cof
+        comp = 1.5 * (ratio - 1.0)                          # compensation term
+        n_add = dn_i * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
+        fac = pow2 * ratio                                  # the factor the add stands for
+        if SKIP:
+            if tl.max(tl.abs(n_add), axis=0) != 0:
+                acc0 = _pow2_rescale(acc0, n_add, dn, fac, FGUARD)
+                acc1 = _pow2_rescale(acc1, n_add, dn, fac, FGUARD)
+                if DV_SPLIT == 1:
+                    acc2 = _pow2_rescale(acc2, n_add, dn, fac, FGUARD)
+                    acc3 = _pow2_rescale(acc3, n_add, dn, fac, FGUARD)
+        else:
+            acc0 = _pow2_rescale(acc0, n_add, dn, fac, FGUARD)
+            acc1 = _pow2_rescale(acc1, n_add, dn, fac, FGUARD)
+            if DV_SPLIT == 1:
+                acc2 = _pow2_rescale(acc2, n_add, dn, fac, FGUARD)
+                acc3 = _pow2_rescale(acc3, n_add, dn, fac, FGUARD)
+        # l in the exact power-of-two reference, Σ e^s·2^n (rescaled by powers of two only; the
+        # compensated cof enters once, at the end)
+        if ROUND_C:
+            p = tl.exp2(s * LOG2E - mL[:, None])            # e^(s − m); masked keys → 0
+            l_i = l_i * pow2 + c32 * tl.sum(p, axis=1)
+            p = p * c_r[:, None]                            # P' = e^s·2^n/cof: the remainder folded into P
+        else:
+            # c_r = c32 = e^m·2^n: P' = e^(s−m)·c = 2^(s·log2e + n), one FFMA + EX2 per logit
+            p = tl.exp2(s * LOG2E + n_new[:, None])
+            l_i = l_i * pow2 + tl.sum(p, axis=1)
+        n_i = n_new
+        cof_i = cof
+        c_last = c32
+    else:
+        # FlashAttention: reference e^m_ref, moved to the running max once it is LAZY bits above (LAZY < 0:
+        # every time the max grows), O and l multiplied by e^(m_ref_old − m_ref_new)
+        renew = (mL - m_r * LOG2E > LAZY) | fresh
+        m_r_new = tl.where(renew, m_use, m_r)
+        alpha = tl.exp2(tl.where(fresh, NEG_INF, (m_r - m_r_new) * LOG2E))   # 0 for a fresh row
+        p = tl.exp2(s * LOG2E - (m_r_new * LOG2E)[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if SKIP:
+            if tl.min(alpha, axis=0) != 1.0:
+                acc0 = acc0 * alpha[:, None]
+                acc1 = acc1 * alpha[:, None]
+                if DV_SPLIT == 1:
+                    acc2 = acc2 * alpha[:, None]
+                    acc3 = acc3 * alpha[:, None]
+        else:
+            acc0 = acc0 * alpha[:, None]
+            acc1 = acc1 * alpha[:, None]
+            if DV_SPLIT == 1:
+                acc2 = acc2 * alpha[:, None]
+                acc3 = acc3 * alpha[:, None]
+        m_r = m_r_new
+    pb = p.to(p_dtype)
+    acc0 = tl.dot(pb, k_a, acc0)                            # V is c_kv itself: the same tiles
+    acc1 = tl.dot(pb, k_b, acc1)
+    if DV_SPLIT == 1:
+        acc2 = tl.dot(pb, k_c, acc2)
+        acc3 = tl.dot(pb, k_d, acc3)
+    m_i = m_new
+    return acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt
+
+
+@triton.jit
 def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
                opart_ptr, lsepart_ptr,
                sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
@@ -112,10 +271,8 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
                SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr,
-               FGUARD: tl.constexpr):
+               FGUARD: tl.constexpr, PEEL: tl.constexpr):
     NEG_INF: tl.constexpr = float("-inf")
-    LOG2E: tl.constexpr = 1.4426950408889634
-    TWO23: tl.constexpr = 8388608.0
     DC: tl.constexpr = D_V // 4            # the 512 latent columns in 4 chunks (see QKᵀ below)
     # work → (m block fastest, then column half, then split, then request): the programs that share a K tile
     # run together
@@ -169,7 +326,6 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
         qc = tl.load(qn + col_c + dc[None, :], mask=row_ok[:, None], other=0.0)
         qd = tl.load(qn + (col_c + DC) + dc[None, :], mask=row_ok[:, None], other=0.0)
         qr = tl.load(qrp, mask=row_ok[:, None], other=0.0)
-    p_dtype = kv_ptr.dtype.element_ty
 
     m_i = tl.full((BLOCK_M,), NEG_INF, tl.float32)      # running max of the logits (natural units)
     l_i = tl.zeros((BLOCK_M,), tl.float32)              # running Σ e^s, in the reference (2^n or e^-m_r)
@@ -183,121 +339,36 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
     c_last = tl.full((BLOCK_M,), 1.0, tl.float32)
     m_r = tl.zeros((BLOCK_M,), tl.float32)              # multiply: O and l are referenced to e^m_r
     bt_row = bt_ptr + b64 * sbt_b
+    pg_nxt = tl.load(bt_row + start // PAGE, mask=start < end, other=0)
 
-    for k0 in range(start, end, BLOCK_N):
-        kpos = k0 + tl.arange(0, BLOCK_N)
-        kmask = kpos < end
-        if FLAT:
-            # k0 is a multiple of BLOCK_N and BLOCK_N divides PAGE: the whole tile lies in one page, one
-            # scalar page id (an out-of-range id, a caller error, is redirected to page 0)
-            pg = tl.load(bt_row + k0 // PAGE)
-            pg = tl.where((pg >= 0) & (pg < NUM_PAGES), pg, 0).to(tl.int64)
-            slot = (k0 % PAGE) + tl.arange(0, BLOCK_N)
-            kb = kv_ptr + pg * skv_p + (slot * skv_s)[:, None]
-            krp = kr_ptr + pg * skr_p + (slot * skr_s)[:, None] + dr[None, :]
-        else:
-            # page id per key (masked: entries past ceil(L/PAGE) are never read; an out-of-range id, a caller
-            # error, is redirected to page 0 rather than read out of bounds), 64-bit offsets
-            page = tl.load(bt_row + kpos // PAGE, mask=kmask, other=0)
-            page = tl.where((page >= 0) & (page < NUM_PAGES), page, 0).to(tl.int64)
-            slot = (kpos % PAGE).to(tl.int64)
-            kb = kv_ptr + (page * skv_p + slot * skv_s)[:, None]
-            krp = kr_ptr + (page * skr_p + slot * skr_s)[:, None] + dr[None, :]
-        k_a = tl.load(kb + col_a + dc[None, :], mask=kmask[:, None], other=0.0)
-        k_b = tl.load(kb + (col_a + DC) + dc[None, :], mask=kmask[:, None], other=0.0)
-        k_c = tl.load(kb + col_c + dc[None, :], mask=kmask[:, None], other=0.0)
-        k_d = tl.load(kb + (col_c + DC) + dc[None, :], mask=kmask[:, None], other=0.0)
-        kr = tl.load(krp, mask=kmask[:, None], other=0.0)
-        if Q_IN_LOOP:
-            qm = row_ok[:, None] & (k0 >= 0)                   # depends on k0: keeps the load in the loop
-            qa = tl.load(qn + col_a + dc[None, :], mask=qm, other=0.0)
-            qb = tl.load(qn + (col_a + DC) + dc[None, :], mask=qm, other=0.0)
-            qc = tl.load(qn + col_c + dc[None, :], mask=qm, other=0.0)
-            qd = tl.load(qn + (col_c + DC) + dc[None, :], mask=qm, other=0.0)
-            qr = tl.load(qrp, mask=qm, other=0.0)
-
-        # S = scale·(q_nope·c_kvᵀ + q_rope·k_ropeᵀ): five short tensor-core chains summed in IEEE fp32
-        # (the MMA accumulator truncates; one 576-long chain biases the logits by ~1e-5 at DeepSeek scales).
-        # Pairwise ((a + b) + (c + d)) + rope: fp32 addition commutes, so both column halves (DV_SPLIT = 2,
-        # which see the chunks in swapped order) compute bit-identical logits
-        s = (tl.dot(qa, tl.trans(k_a)) * scale + tl.dot(qb, tl.trans(k_b)) * scale) + \
-            (tl.dot(qc, tl.trans(k_c)) * scale + tl.dot(qd, tl.trans(k_d)) * scale)
-        s = s + tl.dot(qr, tl.trans(kr)) * scale
-        vis = (kpos[None, :] < lim[:, None]) & kmask[None, :]
-        s = tl.where(vis, s, NEG_INF)                           # select, never multiply by a mask
-
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_use = tl.where(m_new == NEG_INF, 0.0, m_new)          # rows with no key yet: no −inf − (−inf)
-        mL = m_use * LOG2E
-        fresh = m_i == NEG_INF                                  # the row had no key before this block
-        if RESCALE == 1:
-            # AMLA: reference 2^n, n = rint(−m/ln2), re-chosen once m/ln2 + n > LAZY (LAZY < 0: every block)
-            renew = (mL + n_i > LAZY) | fresh
-            n_new = tl.where(renew, tl.floor(0.5 - mL), n_i)
-            c32 = tl.exp2(mL + n_new)                           # c = e^m·2^n
-            if ROUND_C:
-                c_r = c32.to(p_dtype).to(tl.float32)            # CANN rounds c to the KV dtype ...
-            else:
-                c_r = c32
-            cof = c32 / c_r                                     # ... and compensates the rounding below
-            dn = tl.where(fresh, 0.0, n_new - n_i)
-            dn = tl.maximum(dn, -30.0)                          # shift clamp
-            dn_i = dn.to(tl.int32)
-            pow2 = ((dn_i + 127) << 23).to(tl.float32, bitcast=True)   # exactly 2^dn
-            ratio = cof_i / cof
-            comp = 1.5 * (ratio - 1.0)                          # compensation term
-            n_add = dn_i * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
-            fac = pow2 * ratio                                  # the factor the add stands for
-            if SKIP:
-                if tl.max(tl.abs(n_add), axis=0) != 0:
-                    acc0 = _pow2_rescale(acc0, n_add, dn, fac, FGUARD)
-                    acc1 = _pow2_rescale(acc1, n_add, dn, fac, FGUARD)
-                    if DV_SPLIT == 1:
-                        acc2 = _pow2_rescale(acc2, n_add, dn, fac, FGUARD)
-                        acc3 = _pow2_rescale(acc3, n_add, dn, fac, FGUARD)
-            else:
-                acc0 = _pow2_rescale(acc0, n_add, dn, fac, FGUARD)
-                acc1 = _pow2_rescale(acc1, n_add, dn, fac, FGUARD)
-                if DV_SPLIT == 1:
-                    acc2 = _pow2_rescale(acc2, n_add, dn, fac, FGUARD)
-                    acc3 = _pow2_rescale(acc3, n_add, dn, fac, FGUARD)
-            p = tl.exp2(s * LOG2E - mL[:, None])                # e^(s − m); masked keys → 0
-            # l in the exact power-of-two reference, Σ e^s·2^n (rescaled by powers of two only; the
-            # compensated cof enters once, at the end)
-            l_i = l_i * pow2 + c32 * tl.sum(p, axis=1)
-            p = p * c_r[:, None]                                # P' = e^s·2^n/cof: the remainder folded into P
-            n_i = n_new
-            cof_i = cof
-            c_last = c32
-        else:
-            # FlashAttention: reference e^m_ref, moved to the running max once it is LAZY bits above (LAZY < 0:
-            # every time the max grows), O and l multiplied by e^(m_ref_old − m_ref_new)
-            renew = (mL - m_r * LOG2E > LAZY) | fresh
-            m_r_new = tl.where(renew, m_use, m_r)
-            alpha = tl.exp2(tl.where(fresh, NEG_INF, (m_r - m_r_new) * LOG2E))   # 0 for a fresh row
-            p = tl.exp2(s * LOG2E - (m_r_new * LOG2E)[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            if SKIP:
-                if tl.min(alpha, axis=0) != 1.0:
-                    acc0 = acc0 * alpha[:, None]
-                    acc1 = acc1 * alpha[:, None]
-                    if DV_SPLIT == 1:
-                        acc2 = acc2 * alpha[:, None]
-                        acc3 = acc3 * alpha[:, None]
-            else:
-                acc0 = acc0 * alpha[:, None]
-                acc1 = acc1 * alpha[:, None]
-                if DV_SPLIT == 1:
-                    acc2 = acc2 * alpha[:, None]
-                    acc3 = acc3 * alpha[:, None]
-            m_r = m_r_new
-        pb = p.to(p_dtype)
-        acc0 = tl.dot(pb, k_a, acc0)                            # V is c_kv itself: the same tiles
-        acc1 = tl.dot(pb, k_b, acc1)
-        if DV_SPLIT == 1:
-            acc2 = tl.dot(pb, k_c, acc2)
-            acc3 = tl.dot(pb, k_d, acc3)
-        m_i = m_new
+    # full tiles (every key visible to every valid row of the block) run mask-free; the rest (the last partial
+    # tile, the causal diagonal) take the masked body. start is a multiple of BLOCK_N.
+    if PEEL:
+        lo = tl.min(tl.where(row_ok, lim, MAX_KEYS), axis=0)   # the smallest limit of a valid row
+        full_end = start + tl.maximum(tl.minimum(lo, end) - start, 0) // BLOCK_N * BLOCK_N
+    else:
+        full_end = start
+    if DV_SPLIT == 2:
+        acc2 = 0.0                                        # unused placeholders
+        acc3 = 0.0
+    if Q_IN_LOOP:
+        qa = 0.0
+        qb = 0.0
+        qc = 0.0
+        qd = 0.0
+        qr = 0.0
+    for k0 in range(start, full_end, BLOCK_N):
+        acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt = _kv_block(
+            k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt,
+            qa, qb, qc, qd, qr, qn, qrp, row_ok, col_a, col_c,
+            kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
+            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, False)
+    for k0 in range(full_end, end, BLOCK_N):
+        acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt = _kv_block(
+            k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt,
+            qa, qb, qc, qd, qr, qn, qrp, row_ok, col_a, col_c,
+            kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
+            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, True)
 
     has = l_i > 0.0
     lsafe = tl.where(has, l_i, 1.0)
@@ -357,7 +428,7 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                      RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
                      SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, PERSISTENT: tl.constexpr,
-                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr):
+                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr):
     """Partial / final MLA decode for work items (see module docstring); scale = softmax_scale (fp32)."""
     pid = tl.program_id(0)
     if PERSISTENT:
@@ -367,14 +438,14 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                        skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                        scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                        D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP,
-                       FLAT, DV_SPLIT, FGUARD)
+                       FLAT, DV_SPLIT, FGUARD, PEEL)
     else:
         _amla_tile(pid, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
                    opart_ptr, lsepart_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                    skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                    scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                    D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP,
-                   FLAT, DV_SPLIT, FGUARD)
+                   FLAT, DV_SPLIT, FGUARD, PEEL)
 
 
 @triton.jit
@@ -444,7 +515,7 @@ def _backend_key(device: torch.device) -> str:
 
 
 _TILE_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core", "q_in_loop", "flat", "dv_split",
-              "rescale_skip", "name")
+              "rescale_skip", "peel", "name")
 
 
 @functools.lru_cache(maxsize=None)
@@ -553,7 +624,7 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
                 round_c=bool(sect["amla_round_c"]), lazy=float(sect["lazy"]),
                 merge_grid=max(merge_grid, 1), merge_total=merge_total,
                 merge_warps=sect["merge"]["num_warps"], flat=flat, dv_split=dv_split,
-                float_guard=bool(sect.get("float_guard", False)))
+                float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))))
 
 
 def supports_reason(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True):
@@ -602,7 +673,8 @@ def _last_contig(t: torch.Tensor) -> torch.Tensor:
 def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_cache: torch.Tensor,
                  block_table: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float, causal: bool = True,
                  *, rescale: str = "amla", num_splits: int | None = None, config: dict | None = None,
-                 round_c: bool | None = None, lazy: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 round_c: bool | None = None, lazy: float | None = None,
+                 merge: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`amla` with the knobs benchmarks and tests need.
 
     rescale: "amla" (integer add on the fp32 bits, power-of-two reference) or "multiply" (FlashAttention).
@@ -615,6 +687,8 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
     running max is ``lazy`` bits above it (P ≤ 2^(lazy+½) stays far from overflow), so O is rescaled a few
     times per row instead of at every block; a negative value re-chooses it at every block (CANN's AMLA,
     FlashAttention-2). None = the config's "lazy".
+    merge: False skips the merge launch of a split run (benchmarks only: times the forward kernel alone; out and
+    lse are then not written).
     Shapes/dtypes/returns as :func:`amla`. Raises ValueError for an unknown ``rescale``.
     """
     if rescale not in ("amla", "multiply"):
@@ -670,9 +744,9 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         RESCALE=1 if rescale == "amla" else 0, ROUND_C=bool(plan["round_c"] if round_c is None else round_c),
         LAZY=float(plan["lazy"] if lazy is None else lazy), SKIP=plan["skip"], SPLIT=split,
         Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"], DV_SPLIT=plan["dv_split"],
-        FGUARD=plan["float_guard"],
+        FGUARD=plan["float_guard"], PEEL=plan["peel"],
         num_warps=plan["num_warps"], num_stages=plan["num_stages"])
-    if split:
+    if split and merge:
         LAST_LAUNCH["merge"] = _amla_merge_kernel[(plan["merge_grid"],)](
             opart, lsepart, out, lse, out.stride(0), out.stride(1), out.stride(2),
             lse.stride(0), lse.stride(1), lse.stride(2), N, rows, ns, plan["merge_total"],
@@ -734,7 +808,7 @@ def ascend_compile_cases() -> list[dict]:
                                      BLOCK_N=plan["BLOCK_N"], CAUSAL=True, RESCALE=rescale,
                                      ROUND_C=plan["round_c"], LAZY=plan["lazy"], SKIP=plan["skip"], SPLIT=split,
                                      Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"],
-                                     DV_SPLIT=plan["dv_split"], FGUARD=plan["float_guard"])
+                                     DV_SPLIT=plan["dv_split"], FGUARD=plan["float_guard"], PEEL=plan["peel"])
                         name = (f"amla_fwd_{dt}_bm{plan['BLOCK_M']}_bn{plan['BLOCK_N']}_page{page}"
                                 f"_{'split' if split else 'nosplit'}_{'amla' if rescale else 'mul'}")
                         if name in seen:

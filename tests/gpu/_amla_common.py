@@ -73,7 +73,8 @@ def compile_key(dtype, N, S_q, bs, causal, rescale, num_splits, config, device, 
     return (str(dtype), plan["BLOCK_M"], plan["BLOCK_N"], plan["num_warps"], plan["num_stages"], plan["q_in_loop"],
             bs, bool(causal), rescale, amla and bool(plan["round_c"] if round_c is None else round_c),
             amla and float(plan["lazy"] if lazy is None else lazy), plan["num_splits"] > 1,
-            plan["num_splits"] if plan["num_splits"] > 1 else 0, plan["persistent"], plan["skip"])
+            plan["num_splits"] if plan["num_splits"] > 1 else 0, plan["persistent"], plan["skip"], plan["flat"],
+            plan["dv_split"], plan["peel"], plan["float_guard"])
 
 
 def _warm_one(job):
@@ -87,6 +88,14 @@ def _warm_one(job):
     if dev.type == "cuda":
         torch.cuda.synchronize()
     return time.time() - t0
+
+
+def _warm_one_safe(job):
+    """_warm_one that reports a failure (a candidate that does not compile) instead of raising in the pool."""
+    try:
+        return _warm_one(job)
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {str(e)[:200]}"
 
 
 def prewarm(jobs: list[dict], workers: int = 12, log=print) -> None:
