@@ -29,6 +29,8 @@ import types
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+if "--smoke" in sys.argv:  # must precede the first @triton.jit
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 
@@ -76,6 +78,10 @@ def _dump_sweep(log: list) -> None:
 
 def graph_time_us(fns, calls: int = 20, replays: int = 10) -> float:
     """Median µs per call of ``calls`` back-to-back calls (cycling through ``fns``) replayed in a CUDA graph."""
+    if SMOKE[0]:  # CPU interpreter smoke run: one plain call
+        t0 = time.perf_counter()
+        fns[0]()
+        return (time.perf_counter() - t0) * 1e6
     for f in fns:
         f()
     torch.cuda.synchronize()
@@ -109,11 +115,13 @@ def copies_for(nbytes: int) -> int:
 
 
 def copy_bandwidth(dev) -> float:
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device=dev).random_(0, 255)
+    """Bytes read + written per second by ``dst.copy_(src)`` on 1 GiB of fp32 (the 4.25 TB/s of the issue;
+    a uint8 copy measured only 2756 GB/s)."""
+    n = 1 << 28
+    src = torch.empty(n, dtype=torch.float32, device=dev).uniform_()
     dst = torch.empty_like(src)
     t = graph_time_us([lambda: dst.copy_(src)], calls=5)
-    return 2 * n / (t * 1e-6) / 1e9
+    return 2 * n * 4 / (t * 1e-6) / 1e9
 
 
 # ----------------------------------------------------------------------------------------------
@@ -337,6 +345,368 @@ def bench_dispatch(dev):
         emit(f"| {n} | {t:.1f} |")
 
 
+
+# ----------------------------------------------------------------------------------------------
+# --sweep2: candidate launch configs for the open floors (issue 4), one batched GPU run (≤ 120 s)
+# ----------------------------------------------------------------------------------------------
+OLD_ROW = {"max_block_k": 8192, "tile_elems": 8192, "num_warps": 8, "grid_cap": 0}  # the defaults before the sweep
+
+
+def _rc(mbk, tile, w, fast=True, **kw):
+    """Row config: BLOCK_K = min(next_pow2(K), mbk), rows per program = max(1, tile // BLOCK_K)."""
+    return dict(max_block_k=mbk, tile_elems=tile, num_warps=w, grid_cap=0, fast=fast, **kw)
+
+
+ROW_CANDS = {  # name -> row config (ops/triton/quant.py _make_row_launch keys); bmN = rows per program at K=7168
+    "old_default": OLD_ROW,
+    "old_tiles_fast": dict(OLD_ROW, fast=True),
+    "single_bm1_w8": _rc(8192, 2048, 8), "single_bm1_w16": _rc(8192, 2048, 16), "single_bm1_w4": _rc(8192, 2048, 4),
+    "single_bm2_w8": _rc(8192, 16384, 8), "single_bm4_w8": _rc(8192, 32768, 8),
+    "chunk2048_bm1_w4": _rc(2048, 2048, 4), "chunk1024_bm1_w4": _rc(1024, 1024, 4), "chunk2048_bm1_w8": _rc(2048, 2048, 8),
+    "chunk4096_bm1_w8": _rc(4096, 4096, 8), "chunk1024_bm2_w4": _rc(1024, 2048, 4), "chunk512_bm4_w4": _rc(512, 2048, 4),
+    "chunk1024_bm1_w2": _rc(1024, 1024, 2),
+}
+ROW_SMALL = ["old_default", "old_tiles_fast", "single_bm1_w8", "single_bm1_w16", "single_bm1_w4", "single_bm2_w8",
+             "chunk2048_bm1_w4", "chunk1024_bm1_w4"]
+ROW_LARGE = list(ROW_CANDS)
+
+
+def _qc(bm, bn, bk, w, st, split="auto", reduce="atomic", target=0, gm=1):
+    c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, num_warps=w, num_stages=st, split_k=split, reduce=reduce)
+    if target:
+        c["split_target"] = target
+    return c
+
+
+QMM_CANDS = {  # M bucket -> {name: bucket config}
+    16: {"old_16x64x256_s5_kernel": _qc(16, 64, 256, 4, 5, reduce="kernel"),
+         "16x64x256_s5": _qc(16, 64, 256, 4, 5), "16x64x256_s5_t264": _qc(16, 64, 256, 4, 5, target=264),
+         "16x32x256_s6_t264": _qc(16, 32, 256, 4, 6, target=264), "16x32x512_s4": _qc(16, 32, 512, 4, 4),
+         "16x64x512_s4": _qc(16, 64, 512, 4, 4), "16x128x256_s4_t264": _qc(16, 128, 256, 4, 4, target=264),
+         "16x16x512_s5": _qc(16, 16, 512, 4, 5), "16x16x512_s8": _qc(16, 16, 512, 4, 8), "16x64x128_s8_t264": _qc(16, 64, 128, 4, 8, target=264),
+         "16x32x256_s4_t528": _qc(16, 32, 256, 4, 4, target=528), "16x64x256_s5_t264_kernel": _qc(16, 64, 256, 4, 5, reduce="kernel", target=264)},
+    64: {"old_64x64x256_s4_kernel": _qc(64, 64, 256, 4, 4, reduce="kernel"),
+         "64x64x256_s4": _qc(64, 64, 256, 4, 4), "64x64x256_s4_t264": _qc(64, 64, 256, 4, 4, target=264),
+         "64x32x256_s4": _qc(64, 32, 256, 4, 4), "64x32x256_s4_t264": _qc(64, 32, 256, 4, 4, target=264),
+         "64x64x128_s4": _qc(64, 64, 128, 4, 4), "64x64x128_s4_t396": _qc(64, 64, 128, 4, 4, target=396),
+         "64x128x128_s4": _qc(64, 128, 128, 4, 4), "64x64x128_s6_t264": _qc(64, 64, 128, 4, 6, target=264),
+         "64x64x64_s8_t396": _qc(64, 64, 64, 4, 8, target=396)},
+    128: {"old_128x64x256_s4_kernel": _qc(128, 64, 256, 4, 4, reduce="kernel"),
+          "128x64x256_s4": _qc(128, 64, 256, 4, 4), "128x64x128_s4": _qc(128, 64, 128, 4, 4),
+          "128x64x128_s4_t264": _qc(128, 64, 128, 4, 4, target=264), "128x32x256_s4_t264": _qc(128, 32, 256, 4, 4, target=264),
+          "128x64x128_w8_s4": _qc(128, 64, 128, 8, 4), "128x128x128_w8_s4": _qc(128, 128, 128, 8, 4, gm=8),
+          "128x32x128_s5": _qc(128, 32, 128, 4, 5), "64x64x128_s4_bm64": _qc(64, 64, 128, 4, 4),
+          "128x64x64_s6": _qc(128, 64, 64, 4, 6), "128x64x64_s6_t396": _qc(128, 64, 64, 4, 6, target=396)},
+}
+QMM_SHAPES2 = [(7168, 2112), (1536, 24576)]
+QMM_MS = {16: (1, 16), 64: (64,), 128: (128,)}
+ROW_SHAPES = [(4096, 7168, True), (4096, 7168, False), (4096, 1536, True), (128, 7168, True), (16, 7168, True),
+              (1, 7168, True), (16, 1536, True), (128, 1536, True)]  # (T, H, smooth scales)
+PIPE_MKN = (4096, 7168, 2048)
+SMOKE = [False]  # --smoke: CPU interpreter, tiny shapes, plain timing (checks that the sweep code runs)
+
+
+class _Sweep:
+    def __init__(self, dev, bw_gbs, deadline):
+        self.dev, self.bw, self.deadline = dev, bw_gbs, deadline
+        self.results: list[dict] = []
+
+    def late(self) -> bool:
+        return time.time() > self.deadline
+
+
+def _precompile(jobs, threads=12):
+    """Run each job once (compiles its kernels) in a thread pool; exceptions are kept for the report."""
+    from concurrent.futures import ThreadPoolExecutor
+    errs = {}
+
+    def run(j):
+        name, fn = j
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            errs[name] = f"{type(e).__name__}: {str(e)[:200]}"
+    t0 = time.time()
+    if SMOKE[0]:
+        for j in jobs:
+            run(j)
+    else:
+        # one launch per kernel function first, serially: Triton's lazy one-time set-up (triton_key, driver,
+        # launcher) is not thread-safe (triton-lang/triton#5933); then the rest in threads (the MLIR/LLVM
+        # passes and ptxas release the GIL; triton ≥ 3.4's AsyncCompileMode compiles in threads the same way)
+        seen, first, rest = set(), [], []
+        for j in jobs:
+            (rest if j[0].split()[0] in seen else first).append(j)
+            seen.add(j[0].split()[0])
+        for j in first:
+            run(j)
+        with ThreadPoolExecutor(threads) as ex:
+            list(ex.map(run, rest))
+        torch.cuda.synchronize()
+    return errs, time.time() - t0
+
+
+def _rows_inputs(T, H, dev, g, nc, rms):
+    xs = [torch.randn(T, H, generator=g, device=dev).to(torch.bfloat16) for _ in range(nc)]
+    rs = [torch.randn(T, H, generator=g, device=dev).to(torch.bfloat16) for _ in range(nc)] if rms else None
+    return xs, rs
+
+
+def _check_dq(q, sc, rq, rs) -> str:
+    if torch.equal(q.cpu(), rq) and torch.equal(sc.cpu(), rs):
+        return ""
+    d = (q.cpu().int() - rq.int()).abs().max().item() if q.numel() else 0
+    return f"dq differs (max {d} LSB, scale equal={torch.equal(sc.cpu(), rs)})"
+
+
+def _check_rms(out, ref, x, r, gm, sm) -> str:
+    q, sc, ro = out
+    rq, rs, rro = ref
+    if not torch.equal(ro, rro):
+        return "residual_out differs"
+    if ((sc - rs).abs() > 2e-6 * rs.abs()).any():
+        return "scale rel err > 2e-6"
+    d = (q.int() - rq.int()).abs()
+    if d.max() > 1:
+        return f"{d.max().item()} LSB"
+    bad = d > 0
+    if bad.any():
+        y = RQ.rms_norm(x.float() + r.float(), gm, 1e-6) * sm
+        t = (y.double() / rs.double()[:, None])[bad].abs()
+        if ((t - t.floor() - 0.5).abs() > 1e-3).any():
+            return "1-LSB difference away from a tie"
+    return ""
+
+
+def prepare_rows(S: _Sweep):
+    """Inputs for the row sweep and one compile job per (op, candidate, shape)."""
+    dev = S.dev
+    g = torch.Generator(device=dev).manual_seed(1)
+    data = {}
+    for T, H, _ in ROW_SHAPES:
+        if (T, H) in data:
+            continue
+        nc = copies_for(T * H * 2 * 2)
+        xs, rs = _rows_inputs(T, H, dev, g, nc, True)
+        gm = (torch.rand(H, generator=g, device=dev) + 0.5).to(torch.bfloat16)
+        sm = torch.rand(H, generator=g, device=dev) + 0.5
+        data[(T, H)] = (xs, rs, gm, sm)
+    jobs = []
+    for T, H, smooth in ROW_SHAPES:
+        xs, rs, gm, sm = data[(T, H)]
+        for name in (ROW_LARGE if T > 256 else ROW_SMALL):
+            c = ROW_CANDS[name]
+            jobs.append((f"dq {name} {T} {H} {smooth}", lambda c=c, x=xs[0], s=(sm if smooth else None):
+                         TQ.dynamic_quant_config(x, smooth_scales=s, config=c)))
+            if smooth:
+                jobs.append((f"rms {name} {T} {H}", lambda c=c, x=xs[0], r=rs[0], gm=gm, sm=sm:
+                             TQ.rms_norm_dynamic_quant_config(x, gm, epsilon=1e-6, residual=r, smooth_scales=sm, config=c)))
+    return data, jobs
+
+
+def sweep_rows(S: _Sweep, data):
+    """dynamic_quant / rms_norm_dynamic_quant: candidates per (T, H); WINNER per op and bucket (small T ≤ 256, large T)."""
+    dev = S.dev
+    shapes = ROW_SHAPES
+    emit("\n## sweep2: row kernels (bf16 in, µs per call, CUDA-graph replay, inputs rotated past L2)\n")
+    emit("| op | T | H | smooth | candidate | config | µs | GB/s | % of copy | check |")
+    emit("|---|---|---|---|---|---|---|---|---|---|")
+    for op in ("dynamic_quant", "rms_norm_dynamic_quant"):
+        for T, H, smooth in shapes:
+            if op == "rms_norm_dynamic_quant" and not smooth:
+                continue
+            xs, rs, gm, sm = data[(T, H)]
+            s = sm if smooth else None
+            if op == "dynamic_quant":
+                ref = RQ.dynamic_quant(xs[0].cpu(), smooth_scales=s.cpu() if s is not None else None)
+                by = T * H * 3 + T * 4
+            else:
+                ref = tuple(t.to(dev) for t in RQ.rms_norm_dynamic_quant(
+                    xs[0].cpu(), gm.cpu(), epsilon=1e-6, residual=rs[0].cpu(), smooth_scales=sm.cpu()))
+                by = T * H * 7 + T * 4
+            cands = ["default"] + (ROW_LARGE if T > 256 else ROW_SMALL)
+            for name in cands:
+                if S.late():
+                    emit("<!-- sweep2 budget spent -->")
+                    return
+                c = None if name == "default" else ROW_CANDS[name]
+                try:
+                    if op == "dynamic_quant":
+                        out = TQ.dynamic_quant_config(xs[0], smooth_scales=s, config=c)
+                        bad = _check_dq(*out, *ref)
+                        fns = [lambda x=x, c=c: TQ.dynamic_quant_config(x, smooth_scales=s, config=c) for x in xs]
+                    else:
+                        out = TQ.rms_norm_dynamic_quant_config(xs[0], gm, epsilon=1e-6, residual=rs[0], smooth_scales=sm, config=c)
+                        bad = _check_rms(out, ref, xs[0], rs[0], gm, sm)
+                        fns = [lambda x=x, r=r, c=c: TQ.rms_norm_dynamic_quant_config(
+                            x, gm, epsilon=1e-6, residual=r, smooth_scales=sm, config=c) for x, r in zip(xs, rs)]
+                    t = graph_time_us(fns)
+                except Exception as e:  # noqa: BLE001
+                    emit(f"<!-- {op} {name} T={T} H={H}: {type(e).__name__}: {str(e)[:200]} -->")
+                    continue
+                gbs = by / (t * 1e-6) / 1e9
+                cfg_s = "(quant.json)" if c is None else json.dumps(c)
+                emit(f"| {op} | {T} | {H} | {smooth} | {name} | `{cfg_s}` | {t:.2f} | {gbs:.0f} | {100 * gbs / S.bw:.0f}% | {bad or 'exact' if op == 'dynamic_quant' else bad or 'ok'} |")
+                S.results.append(dict(kind="row", op=op, T=T, H=H, smooth=smooth, name=name, config=c, us=t, ok=not bad))
+
+
+def prepare_qmm(S: _Sweep):
+    dev = S.dev
+    sets = {}
+    for K, N in QMM_SHAPES2:
+        nc = copies_for(K * N)
+        for bucket, Ms in QMM_MS.items():
+            for M in Ms:
+                sets[(M, K, N)] = qmm_inputs(M, K, N, dev, nc)
+    jobs = []
+    for bucket, Ms in QMM_MS.items():
+        for name, c in QMM_CANDS[bucket].items():
+            for K, N in QMM_SHAPES2:
+                M = Ms[-1]
+                jobs.append((f"{bucket} {name} {K} {N}", lambda c=c, s=sets[(M, K, N)][0]: TQ.quant_matmul_config(*s, config=c)))
+    return sets, jobs
+
+
+def sweep_qmm(S: _Sweep, sets):
+    dev = S.dev
+    emit("\n## sweep2: quant_matmul decode (K-major int8 weights rotated past L2, bf16 out, µs per call, CUDA-graph replay)\n")
+    emit("| M | K | N | candidate | split | µs | weight GB/s | % of copy | check |")
+    emit("|---|---|---|---|---|---|---|---|---|")
+    for bucket, Ms in QMM_MS.items():
+        for M in Ms:
+            for K, N in QMM_SHAPES2:
+                ss = sets[(M, K, N)]
+                ref = RQ.quant_matmul(*ss[0])
+                for name in ["default"] + list(QMM_CANDS[bucket]):
+                    if S.late():
+                        emit("<!-- sweep2 budget spent -->")
+                        return
+                    c = None if name == "default" else QMM_CANDS[bucket][name]
+                    try:
+                        o1 = TQ.quant_matmul_config(*ss[0], config=c)
+                        o2 = TQ.quant_matmul_config(*ss[0], config=c)
+                        bad = "" if torch.equal(o1, ref) and torch.equal(o2, ref) else \
+                            f"differs from the reference (max {(o1.float() - ref.float()).abs().max().item():.3g})"
+                        t = time_qmm(ss, c)
+                        plan = TQ.plan_quant_matmul(M, N, K, dev, c)
+                    except Exception as e:  # noqa: BLE001
+                        emit(f"<!-- qmm {name} M={M} K={K} N={N}: {type(e).__name__}: {str(e)[:200]} -->")
+                        continue
+                    wgbs = K * N / (t * 1e-6) / 1e9
+                    emit(f"| {M} | {K} | {N} | {name} | {plan['SPLIT_K']} | {t:.2f} | {wgbs:.0f} | {100 * wgbs / S.bw:.0f}% | {bad or 'exact'} |")
+                    S.results.append(dict(kind="qmm", bucket=bucket, M=M, K=K, N=N, name=name, config=c, us=t, ok=not bad,
+                                          ideal=K * N / (S.bw * 1e9) * 1e6))
+    # the counters must be back at zero after all those calls
+    bad_cnt = [k for k, (buf, _) in TQ._COUNTERS.items() if int(buf.abs().sum().item()) != 0]
+    emit(f"\n<!-- split-K counters all zero after the sweep: {not bad_cnt} -->")
+
+
+def sweep_pipeline(S: _Sweep, row_cfg):
+    """dynamic_quant (no smooth) + quant_matmul at 4096×7168×2048: the effective-TOPS floor, default vs row winner."""
+    dev = S.dev
+    emit("\n## sweep2: dynamic_quant + quant_matmul at M=4096, K=7168, N=2048 (same x every call, as the floor's measurement)\n")
+    M, K, N = PIPE_MKN
+    g = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(M, K, generator=g, device=dev).to(torch.bfloat16)
+    w = RQ.pack_weight(torch.randint(-127, 128, (K, N), generator=g, device=dev, dtype=torch.int8))
+    ws = torch.rand(N, generator=g, device=dev) * 1e-4
+    fl = 2 * M * N * K
+    emit("| row config | dynamic_quant µs | quant_matmul µs | both µs | effective TOPS |")
+    emit("|---|---|---|---|---|")
+    q, sc = TQ.dynamic_quant(x)
+    t_mm = graph_time_us([lambda: TQ.quant_matmul(q, w, ws, sc)])
+    for name, c in (("default", None), ("old_default", OLD_ROW), ("row winner", row_cfg)):
+        if c is None and name != "default":
+            continue
+        t_dq = graph_time_us([lambda: TQ.dynamic_quant_config(x, config=c)])
+
+        def both(c=c):
+            qq, ss = TQ.dynamic_quant_config(x, config=c)
+            return TQ.quant_matmul(qq, w, ws, ss)
+        t_b = graph_time_us([both])
+        emit(f"| {name} `{json.dumps(c) if c else ''}` | {t_dq:.1f} | {t_mm:.1f} | {t_b:.1f} | {fl / (t_b * 1e-6) / 1e12:.0f} |")
+
+
+def _winners(S: _Sweep):
+    emit("\n## sweep2 winners (paste into ops/triton/configs/quant.json \"cuda\")\n")
+    row_large = None
+    for op in ("dynamic_quant", "rms_norm_dynamic_quant"):
+        for cls, pred in (("small T<=256", lambda r: r["T"] <= 256), ("large T>256", lambda r: r["T"] > 256)):
+            rs = [r for r in S.results if r["kind"] == "row" and r["op"] == op and pred(r)]
+            keys = sorted({(r["T"], r["H"], r["smooth"]) for r in rs})
+            base = {k: next((r["us"] for r in rs if r["name"] == "default" and (r["T"], r["H"], r["smooth"]) == k), float("nan"))
+                    for k in keys}
+            best_t = {k: min((r["us"] for r in rs if r["ok"] and (r["T"], r["H"], r["smooth"]) == k), default=float("nan"))
+                      for k in keys}
+            score = {}
+            for name in {r["name"] for r in rs}:
+                mine = {(r["T"], r["H"], r["smooth"]): r for r in rs if r["name"] == name}
+                if len(mine) < len(keys) or not all(r["ok"] for r in mine.values()):
+                    continue
+                score[name] = sum(mine[k]["us"] / best_t[k] for k in keys) / len(keys)  # mean time relative to the best
+            if not score:
+                emit(f"WINNER {op} {cls}: none measured")
+                continue
+            best = min(score, key=score.get)
+            cfg = ROW_CANDS.get(best) if best != "default" else None
+            if cfg is not None:
+                cfg = dict(max_m=256 if cls.startswith("small") else 1073741824, **cfg)
+            detail = ", ".join(f"T={k[0]} H={k[1]}{' s' if k[2] else ''}: {next(r['us'] for r in rs if r['name'] == best and (r['T'], r['H'], r['smooth']) == k):.1f} µs (default {base[k]:.1f})" for k in keys)
+            emit(f"WINNER {op} {cls}: {json.dumps(cfg) if cfg else '(the quant.json default)'}  mean t/t_best={score[best]:.3f} "
+                 f"(default {score.get('default', float('nan')):.3f}); {detail}")
+            if op == "dynamic_quant" and cls.startswith("large"):
+                row_large = {k: v for k, v in cfg.items() if k != "max_m"} if cfg else None
+    for bucket in QMM_MS:
+        rs = [r for r in S.results if r["kind"] == "qmm" and r["bucket"] == bucket]
+        keys = sorted({(r["M"], r["K"], r["N"]) for r in rs})
+        score = {}
+        for name in {r["name"] for r in rs}:
+            mine = {(r["M"], r["K"], r["N"]): r for r in rs if r["name"] == name}
+            if len(mine) < len(keys) or not all(r["ok"] for r in mine.values()):
+                continue
+            score[name] = max(mine[k]["us"] / mine[k]["ideal"] for k in keys)  # worst shape: t / t_copy
+        if not score:
+            emit(f"WINNER quant_matmul max_m={bucket}: none measured")
+            continue
+        best = min(score, key=score.get)
+        cfg = QMM_CANDS[bucket].get(best) if best != "default" else None
+        detail = ", ".join(f"M={k[0]} K={k[1]} N={k[2]}: {next(r['us'] for r in rs if r['name'] == best and (r['M'], r['K'], r['N']) == k):.2f} µs" for k in keys)
+        pct = 100 / score[best]
+        dpct = 100 / score["default"] if "default" in score else float("nan")
+        emit(f"WINNER quant_matmul max_m={bucket}: {json.dumps(dict(cfg, max_m=bucket)) if cfg else '(the quant.json default)'}  "
+             f"worst shape at {pct:.0f}% of copy BW (floor 50%: {'met' if pct >= 50 else 'NOT met'}; default {dpct:.0f}%); {detail}")
+    return row_large
+
+
+def sweep2(dev, bw_gbs, budget_s):
+    S = _Sweep(dev, bw_gbs, time.time() + budget_s)
+    t0 = time.time()
+    emit(f"\nDefaults under test (ops/triton/configs/quant.json cuda): dynamic_quant "
+         f"{json.dumps(TQ._all_configs()['cuda']['dynamic_quant'])}; quant_matmul buckets "
+         f"{json.dumps(TQ._all_configs()['cuda']['quant_matmul']['buckets'][:4])}")
+    sets, qjobs = prepare_qmm(S)
+    data, rjobs = prepare_rows(S)
+    t1 = time.time()
+    errs, tc = _precompile(qjobs + rjobs)     # every candidate kernel compiled up front, in threads
+    emit(f"\n<!-- inputs {t1 - t0:.1f} s; {len(qjobs) + len(rjobs)} candidate launches precompiled in "
+         f"{tc:.1f} s, {len(errs)} errors -->")
+    for k, v in list(errs.items())[:12]:
+        emit(f"<!-- compile/launch error {k}: {v} -->")
+    for fn, arg in ((sweep_qmm, sets), (sweep_rows, data)):
+        try:
+            fn(S, arg)
+        except Exception:  # noqa: BLE001
+            emit(f"\n<!-- {fn.__name__} failed:\n{traceback.format_exc()[-1500:]}\n-->")
+    del sets, data
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    row_cfg = _winners(S)
+    try:
+        sweep_pipeline(S, row_cfg)
+    except Exception:  # noqa: BLE001
+        emit(f"\n<!-- sweep_pipeline failed:\n{traceback.format_exc()[-1500:]}\n-->")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "perf", "quant_gating_results.md"))
@@ -345,17 +715,40 @@ def main() -> int:
     ap.add_argument("--floors", action="store_true", help="quant_matmul: only the floor shapes")
     ap.add_argument("--sweep-budget", type=float, default=1e9, help="seconds of sweeping at most")
     ap.add_argument("--only", default="", help="comma list of sections: qmm,pipeline,rows,gating,dispatch")
+    ap.add_argument("--sweep2", action="store_true",
+                    help="only the issue-4 candidate sweep (row kernels, decode quant_matmul, the 4096x7168x2048 "
+                         "pipeline): correctness-checked, prints WINNER lines; ~100 s on an H200")
+    ap.add_argument("--sweep2-budget", type=float, default=75.0, help="seconds of sweep2 (compile + timing) at most")
+    ap.add_argument("--smoke", action="store_true", help="with --sweep2: CPU interpreter, tiny shapes (code check only)")
     args = ap.parse_args()
-    dev = torch.device("cuda")
+    if args.smoke:
+        global ROW_SHAPES, QMM_SHAPES2, QMM_MS, PIPE_MKN
+        SMOKE[0] = True
+        ROW_SHAPES = [(300, 96, True), (300, 96, False), (3, 96, True), (3, 40, True)]
+        QMM_SHAPES2, QMM_MS, PIPE_MKN = [(512, 64)], {16: (1, 16), 64: (20,), 128: (70,)}, (40, 256, 64)
+        for b in QMM_CANDS.values():  # interpreter: keep it quick
+            for k in list(b)[3:]:
+                del b[k]
+        for k in list(ROW_CANDS)[5:]:
+            ROW_SMALL[:] = [n for n in ROW_SMALL if n != k]
+            ROW_LARGE.remove(k)
+            del ROW_CANDS[k]
+    dev = torch.device("cpu" if args.smoke else "cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     _OUT_FILE.append(open(args.out, "w"))
     emit(f"# quant / gating benchmarks — {time.strftime('%Y-%m-%d %H:%M')}")
+    if args.smoke:
+        bw = 1.0
+        emit("smoke run (CPU interpreter)")
+        sweep2(dev, bw, args.sweep2_budget)
+        _OUT_FILE[0].close()
+        return 0
     emit(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
          f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs. Command: `python3 perf/bench_quant_gating.py "
          f"{' '.join(sys.argv[1:])}`. µs = median per call over CUDA-graph replays (inputs rotated past L2).")
     bw = copy_bandwidth(dev)
-    emit(f"\nMeasured device copy bandwidth: **{bw:.0f} GB/s** (1 GiB dst.copy_(src)).")
+    emit(f"\nMeasured device copy bandwidth: **{bw:.0f} GB/s** (1 GiB fp32 dst.copy_(src), bytes read + written).")
     sweep_log: list[dict] = []
     SWEEP_DEADLINE[0] = time.time() + args.sweep_budget
     FLOORS_ONLY[0] = args.floors
@@ -363,6 +756,15 @@ def main() -> int:
         SWEEP_JSON.append(args.json)
     only = set(filter(None, args.only.split(",")))
     t0 = time.time()
+    if args.sweep2:
+        try:
+            sweep2(dev, bw, args.sweep2_budget)
+        except Exception:  # noqa: BLE001
+            emit(f"\n<!-- sweep2 failed:\n{traceback.format_exc()[-1500:]}\n-->")
+        emit(f"\n<!-- sweep2 done at {time.time() - t0:.0f} s -->")
+        if not only:
+            _OUT_FILE[0].close()
+            return 0
     for key, fn in (("gating", lambda: bench_gating(dev, args.sweep, sweep_log)),
                     ("qmm", lambda: bench_quant_matmul(dev, bw, args.sweep, sweep_log)),
                     ("pipeline", lambda: bench_quant_pipeline(dev)),

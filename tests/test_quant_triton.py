@@ -355,3 +355,137 @@ def test_ascend_compile_cases_match_the_kernels():
         assert sorted(const) == sorted(c["constexprs"]), c["name"]
         assert all(v in ("*fp16", "*bf16", "*i8", "*i32", "*fp32", "i32", "i64", "fp32", "constexpr")
                    for v in c["signature"].values())
+
+
+# ----------------------------------------------------------------------------------------------
+# CUDA fast paths (run under the interpreter through explicit configs): the reciprocal + Markstein
+# quotient, the two-sweep row tiles, the in-kernel (atomic counter) split-K reduction
+# ----------------------------------------------------------------------------------------------
+_ROW_TILES = [  # (max_block_k, block_m, num_warps): row in registers, several rows, two/three sweeps
+    (8192, 1, 8), (4096, 2, 4), (128, 1, 4), (64, 4, 2)]
+
+
+def _tricky_rows(K, gen):
+    """fp32 rows that stress the quotient: exact and near ties (±1..3 ulp of (n + ½)·scale), a tiny row
+    whose scale is subnormal, a row near the fp32 maximum, a zero row, a NaN row, an inf row."""
+    rows = []
+    s = 2.0 ** -5
+    n = torch.randint(-127, 127, (K,), generator=gen).float()
+    t = ((n + 0.5) * s).float()
+    t[0] = 127 * s                                            # absmax → scale = s exactly
+    for ulps in (0, 1, -1, 3):
+        r = t.clone()
+        if ulps:
+            r[1:] = torch.nextafter(r[1:], torch.full_like(r[1:], float("inf") if ulps > 0 else float("-inf")))
+            for _ in range(abs(ulps) - 1):
+                r[1:] = torch.nextafter(r[1:], torch.full_like(r[1:], float("inf") if ulps > 0 else float("-inf")))
+        rows.append(r)
+    rows.append(torch.randn(K, generator=gen) * 1e-40)          # subnormal inputs: amax/127 is subnormal
+    rows.append(torch.randn(K, generator=gen) * 2e-22)          # scale just above the 2⁻⁸⁰ rescaling switch
+    rows.append(torch.randn(K, generator=gen) * 2e-23)          # normal scale below it (rescaled by 2¹⁰⁰)
+    rows.append(torch.randn(K, generator=gen) * 1e37)           # huge: y·(1/scale) near the range limits
+    rows.append(torch.zeros(K))
+    nan_row = torch.randn(K, generator=gen)
+    nan_row[K // 2] = float("nan")
+    inf_row = torch.randn(K, generator=gen)
+    inf_row[K - 1] = float("-inf")
+    rows += [nan_row, inf_row, torch.randn(K, generator=gen) * 30]
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("tiles", _ROW_TILES, ids=lambda t: f"bk{t[0]}_bm{t[1]}_w{t[2]}")
+def test_fast_dynamic_quant_is_bit_identical_to_div_rn_and_reference(tiles, gen):
+    mbk, bm, w = tiles
+    K = 300
+    x = _tricky_rows(K, gen)
+    smooth = 0.5 + torch.rand(K, generator=gen)
+    for s in (None, smooth):
+        rq, rs = R.dynamic_quant(x, smooth_scales=s)
+        outs = []
+        for fast in (False, True):
+            cfg = dict(max_block_k=mbk, block_m=bm, num_warps=w, grid_cap=0, fast=fast)
+            q, sc = T.dynamic_quant_config(x, smooth_scales=s, config=cfg)
+            _assert_int8_exact(q, rq)
+            assert torch.equal(torch.nan_to_num(sc, nan=-1.0), torch.nan_to_num(rs, nan=-1.0))
+            assert torch.isnan(sc).tolist() == torch.isnan(rs).tolist()
+            outs.append((q, sc))
+        assert torch.equal(outs[0][0], outs[1][0])
+
+
+def test_fast_dynamic_quant_tiny_scales_and_ties_fp16(gen):
+    """fp16 inputs (the CUDA small-T bucket under the interpreter) with ties and a row of fp16 subnormals."""
+    K = 96
+    s = 2.0 ** -8
+    vals = torch.tensor([0.5, 1.5, -2.5, 2.5, -0.5, 3.5, -126.5, 126.5] * 12) * s
+    vals[0] = 127 * s
+    x = torch.stack([vals, torch.full((K,), 6e-8) * torch.randn(K, generator=gen).sign(), torch.randn(K, generator=gen)])
+    x = x.to(torch.float16)
+    for cfg in ({"max_block_k": 8192, "block_m": 1, "num_warps": 8, "fast": True},
+                {"max_block_k": 32, "block_m": 2, "num_warps": 4, "fast": True}):
+        q, sc = T.dynamic_quant_config(x, config=cfg)
+        rq, rs = R.dynamic_quant(x)
+        _assert_int8_exact(q, rq)
+        assert torch.equal(sc, rs)
+    assert q[0, :8].tolist() == [127, 2, -2, 2, 0, 4, -126, 126]
+
+
+@pytest.mark.parametrize("tiles", _ROW_TILES, ids=lambda t: f"bk{t[0]}_bm{t[1]}_w{t[2]}")
+def test_fast_rms_norm_dynamic_quant_is_bit_identical_to_div_rn(tiles, gen):
+    """Same tiles → same Σx² order, so FAST changes nothing: all three outputs bit-identical; and the
+    usual near-tie tolerance against the reference."""
+    mbk, bm, w = tiles
+    H = 200
+    x = torch.randn(7, H, generator=gen).to(torch.float16)
+    r = torch.randn(7, H, generator=gen).to(torch.float16)
+    r[3] = -x[3]                                           # zero row
+    g = (0.5 + torch.rand(H, generator=gen)).to(torch.float16)
+    sm = 0.5 + torch.rand(H, generator=gen)
+    outs = [T.rms_norm_dynamic_quant_config(x, g, epsilon=1e-6, residual=r, smooth_scales=sm,
+                                            config=dict(max_block_k=mbk, block_m=bm, num_warps=w, fast=fast))
+            for fast in (False, True)]
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    rq, rs, rro = R.rms_norm_dynamic_quant(x, g, epsilon=1e-6, residual=r, smooth_scales=sm)
+    assert torch.equal(outs[1][2], rro)
+    assert (outs[1][0].int() - rq.int()).abs().max() <= 1
+    assert outs[1][1][3] == 0 and (outs[1][0][3] == 0).all()
+
+
+def test_cuda_row_buckets_pick_by_token_count():
+    small = T._cached_row_launch.__wrapped__("dynamic_quant", 16, 7168, "cuda")
+    large = T._cached_row_launch.__wrapped__("dynamic_quant", 4096, 7168, "cuda")
+    assert small[6] and large[6], "CUDA uses the fast quotient path"
+    cfg = T._all_configs()["cuda"]["dynamic_quant"]["buckets"]
+    assert [b["max_m"] for b in cfg] == sorted(b["max_m"] for b in cfg)
+    assert T._row_bucket(T._all_configs()["ascend"]["dynamic_quant"], 5) is T._all_configs()["ascend"]["dynamic_quant"]
+    assert not T._cached_row_launch.__wrapped__("dynamic_quant", 4096, 7168, "ascend")[6], "Ascend keeps div_rn"
+
+
+@pytest.mark.parametrize("M,K,N,split", [(1, 2048, 96, 4), (3, 1536, 200, 3), (17, 1024, 40, 2), (40, 3000, 100, 5)])
+def test_split_k_atomic_reduction_equals_two_kernel_and_reference(M, K, N, split, gen):
+    """In-kernel split-K (last-arriving split sums, int32 counters): bit-identical to the two-kernel path
+    and to the reference; the counters are left at zero for the next call."""
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
+    ref = R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
+    outs = {}
+    for red in ("kernel", "atomic"):
+        cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=3, split_k=split, reduce=red)
+        plan = T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key="cuda")
+        assert plan["SPLIT_K"] > 1
+        outs[red] = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
+    assert torch.equal(outs["kernel"], outs["atomic"])
+    assert_close(outs["atomic"], ref, "fp32")
+    buf, _ = T._COUNTERS[("cpu", None)]
+    assert int(buf.abs().sum()) == 0, "split-K counters must be reset by the reducing program"
+
+
+def test_split_target_per_bucket_and_counter_regions():
+    b = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=5, split_k="auto")
+    p1 = T.plan_quant_matmul(1, 2112, 7168, torch.device("cpu"), b, backend_key="cuda")
+    p2 = T.plan_quant_matmul(1, 2112, 7168, torch.device("cpu"), dict(b, split_target=264), backend_key="cuda")
+    assert p1["SPLIT_K"] == 1 and p2["SPLIT_K"] == 7, "the bucket's split_target (264 // 33 = 8 → 7 BLOCK_K-aligned splits)"
+    c1 = T._counters(torch.device("cpu"), 33)
+    c2 = T._counters(torch.device("cpu"), 200)
+    assert c1.data_ptr() == c2.data_ptr() and c1.numel() >= 200, "one region per stream, reused"
+    big = T._counters(torch.device("cpu"), T._CNT_REGION + 1)
+    assert big.numel() == T._CNT_REGION + 1 and int(big.abs().sum()) == 0

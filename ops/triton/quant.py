@@ -14,7 +14,14 @@ Kernels
 * :func:`quant_matmul` — ``out = (Σ_k x[m,k]·w[k,n]) · weight_scale[n] · x_scale[m] (+ bias[n])``:
   int8 ``tl.dot`` with an int32 accumulator (``out_dtype=tl.int32`` spelled out for triton 3.6),
   fp32 epilogue fused. Small M splits K into int32 partial sums (plain stores into a workspace
-  ``[split, M, N]``, no atomics, so deterministic) and a tiny epilogue kernel adds them in a fixed order.
+  ``[split, M, N]``) that either a tiny epilogue kernel adds (``reduce: "kernel"``) or the last-arriving split
+  of each tile adds itself (``reduce: "atomic"``, CUDA: an int32 counter per tile, one launch). int32
+  addition is exact, so both are deterministic and bit-identical.
+
+CUDA row-kernel fast path (config ``fast``; Ascend keeps ``div_rn``): one IEEE reciprocal per row and a
+Markstein correction per element give the correctly rounded ``y / scale`` (:func:`_quantize_fast`), the
+absmax reduction propagates NaN, per-column vectors load in the activation tile's layout. Bit-identical
+to the ``div_rn`` path.
 
 Portability notes (DESIGN §Triton portability)
 ----------------------------------------------
@@ -113,6 +120,90 @@ def _quantize_tile(y, scale):
 
 
 @triton.jit
+def _max_nan(a, b):
+    """max that propagates NaN (one max.NaN.f32 on CUDA): the row absmax then also flags a NaN row."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _quantize_fast(y, scale, NORMAL: tl.constexpr):
+    """CUDA (FAST): as :func:`_quantize_tile` but the IEEE quotient ``y / scale`` comes from one correctly rounded
+    reciprocal per row and a Markstein correction per element (4 FMAs), not a full ``div.rn`` per element.
+
+    Exactness: with ``r = RN(1/b)`` and ``q1`` within 1 ulp of ``a/b``, ``RN(q1 + r·(a − b·q1))`` is ``a/b``
+    correctly rounded when the remainder is exact (Markstein). Rows whose scale is below 2⁻⁸⁰ (subnormal ones
+    included) are first multiplied, dividend and divisor alike, by 2¹⁰⁰ (exact, the quotient is unchanged)
+    so the remainders never underflow for the elements that can round to a non-zero integer.
+    NORMAL (every row's scale in [2⁻⁸⁰, inf)): no rescaling, no clamp (a normal scale = RN(absmax/127) keeps
+    |y/scale| ≤ 127·(1 + 2⁻²⁴), which rounds to ≤ 127), no zero-row select: 7 flops per element.
+    Returns the fp32 value ``RN(q) + 1.5·2²³`` whose bit pattern ends in the int8 two's complement of q
+    (see :func:`_store_q_bits`); 0 (i.e. q = 0) where scale is 0, inf or NaN."""
+    if NORMAL:
+        r = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+        q = y * r
+        q = tl.fma(tl.fma(-scale, q, y), r, q)
+        q = tl.fma(tl.fma(-scale, q, y), r, q)
+    else:
+        ok = (scale > 0) & (scale < float("inf"))
+        f = tl.where(scale < 8.271806125530277e-25, 1.2676506002282294e30, 1.0)  # 2**-80, 2**100
+        b = tl.where(ok, scale * f, 1.0)
+        r = tl.math.div_rn(tl.full(b.shape, 1.0, tl.float32), b)
+        a = y * f
+        q = a * r
+        q = tl.fma(tl.fma(-b, q, a), r, q)
+        q = tl.fma(tl.fma(-b, q, a), r, q)
+        q = tl.minimum(tl.maximum(q, -127.0), 127.0)
+        q = tl.where(ok, q, 0.0)
+    return q + 12582912.0
+
+
+@triton.jit
+def _store_q_bits(q_ptr, rows64, stride_qm, cols, m2, t):
+    """Store t = RN(q) + 1.5·2²³ (fp32, |q| ≤ 127) as int8: its low byte is q's two's complement."""
+    tl.store(q_ptr + rows64[:, None] * stride_qm + cols[None, :], t.to(tl.int32, bitcast=True).to(tl.int8), mask=m2)
+
+
+@triton.jit
+def _absmax(y, FAST: tl.constexpr):
+    """(row absmax [BLOCK_M], NaN count [BLOCK_M]); FAST: one NaN-propagating max reduction, count 0."""
+    if FAST:
+        amax = tl.reduce(tl.abs(y), 1, _max_nan)
+        nan_count = tl.zeros(amax.shape, dtype=tl.int32)
+    else:
+        amax = tl.max(tl.abs(y), axis=1)
+        nan_count = tl.sum((y != y).to(tl.int32), axis=1)
+    return amax, nan_count
+
+
+@triton.jit
+def _quant_store(q_ptr, rows64, stride_qm, cols, m2, y, scale, FAST: tl.constexpr, FLAT: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    if FAST:
+        # the common case, every row of the tile with a normal finite scale, takes the short path
+        normal = (scale >= 8.271806125530277e-25) & (scale < float("inf"))
+        n_odd = tl.sum(tl.where(normal, 0, 1), axis=0)
+        if n_odd == 0:
+            t = _quantize_fast(y, scale[:, None], True)
+        else:
+            t = _quantize_fast(y, scale[:, None], False)
+        _store_q_bits(q_ptr, rows64, stride_qm, cols, m2, t)
+    else:
+        _store_q(q_ptr, rows64, stride_qm, cols, m2, _quantize_tile(y, scale[:, None]), FLAT, BLOCK_M, BLOCK_K)
+
+
+@triton.jit
+def _load_cols(ptr, rows, cols, cmask, m2, FAST: tl.constexpr):
+    """fp32 [1 or BLOCK_M, BLOCK_K] tile of a per-column vector (smooth scales, gamma). FAST (CUDA): loaded
+    through a row-broadcast 2-D pointer tile so it gets the activation tile's layout (a 1-D fp32 load gets
+    4-wide vectors against bf16's 8 and costs a shared-memory layout conversion, 16 barriers per tile)."""
+    if FAST:
+        v = tl.load(ptr + 0 * rows[:, None] + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+    else:
+        v = tl.load(ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    return v
+
+
+@triton.jit
 def _row_scale(amax, nan_count):
     """fp32 per-token scale = absmax / 127 (IEEE division); NaN when the row holds a NaN."""
     s = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
@@ -123,7 +214,11 @@ def _row_scale(amax, nan_count):
 def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
                           stride_xm, stride_qm,
                           HAS_SMOOTH: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                          SINGLE: tl.constexpr, FLAT_I8: tl.constexpr):
+                          SINGLE: tl.constexpr, FLAT_I8: tl.constexpr, FAST: tl.constexpr = False):
+    """Rows [BLOCK_M] per work item; SINGLE: the row tile [BLOCK_M, BLOCK_K ≥ K] stays in registers, else two
+    sweeps over K in BLOCK_K chunks (absmax, then quantise; the second one reads the rows from L1/L2).
+    FAST (CUDA): NaN-propagating absmax and the reciprocal + Markstein quotient (:func:`_quantize_fast`),
+    bit-identical to the ``div_rn`` path."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     n_blocks = tl.cdiv(M, BLOCK_M)
@@ -138,12 +233,10 @@ def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
             m2 = rmask[:, None] & cmask[None, :]
             y = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
             if HAS_SMOOTH:
-                y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
-            amax = tl.max(tl.abs(y), axis=1)
-            nan_count = tl.sum((y != y).to(tl.int32), axis=1)
+                y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+            amax, nan_count = _absmax(y, FAST)
             scale = _row_scale(amax, nan_count)
-            q = _quantize_tile(y, scale[:, None])
-            _store_q(q_ptr, rows64, stride_qm, cols, m2, q, FLAT_I8, BLOCK_M, BLOCK_K)
+            _quant_store(q_ptr, rows64, stride_qm, cols, m2, y, scale, FAST, FLAT_I8, BLOCK_M, BLOCK_K)
         else:
             amax = tl.zeros([BLOCK_M], dtype=tl.float32)
             nan_count = tl.zeros([BLOCK_M], dtype=tl.int32)
@@ -153,9 +246,13 @@ def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
                 m2 = rmask[:, None] & cmask[None, :]
                 y = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
                 if HAS_SMOOTH:
-                    y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
-                amax = tl.maximum(amax, tl.max(tl.abs(y), axis=1))
-                nan_count += tl.sum((y != y).to(tl.int32), axis=1)
+                    y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+                a_k, n_k = _absmax(y, FAST)
+                if FAST:
+                    amax = _max_nan(amax, a_k)
+                else:
+                    amax = tl.maximum(amax, a_k)
+                    nan_count += n_k
             scale = _row_scale(amax, nan_count)
             for k0 in range(0, K, BLOCK_K):
                 cols = k0 + tl.arange(0, BLOCK_K)
@@ -163,9 +260,8 @@ def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
                 m2 = rmask[:, None] & cmask[None, :]
                 y = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
                 if HAS_SMOOTH:
-                    y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
-                q = _quantize_tile(y, scale[:, None])
-                _store_q(q_ptr, rows64, stride_qm, cols, m2, q, FLAT_I8, BLOCK_M, BLOCK_K)
+                    y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+                _quant_store(q_ptr, rows64, stride_qm, cols, m2, y, scale, FAST, FLAT_I8, BLOCK_M, BLOCK_K)
         tl.store(scale_ptr + rows64, scale, mask=rmask)
 
 
@@ -183,7 +279,9 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
                            stride_xm, stride_rm, stride_qm, stride_om, eps,
                            HAS_RES: tl.constexpr, HAS_SMOOTH: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SINGLE: tl.constexpr,
-                           FLAT_I8: tl.constexpr):
+                           FLAT_I8: tl.constexpr, FAST: tl.constexpr = False):
+    """As :func:`_dynamic_quant_kernel` (SINGLE: rows in registers; else three sweeps: Σs², absmax,
+    quantise); FAST (CUDA) changes only the quantisation step (bit-identical)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     n_blocks = tl.cdiv(M, BLOCK_M)
@@ -202,16 +300,14 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
             tl.store(o_row + cols[None, :], h.to(res_out_ptr.dtype.element_ty), mask=m2)
             ms = tl.math.div_rn(tl.sum(h * h, axis=1), tl.full([BLOCK_M], K, tl.float32))
             rms = tl.math.sqrt_rn(ms + eps)
-            g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-            y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g[None, :]
+            g = _load_cols(gamma_ptr, rows, cols, cmask, m2, FAST)
+            y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g
             if HAS_SMOOTH:
-                y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+                y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
             y = tl.where(m2, y, 0.0)
-            amax = tl.max(tl.abs(y), axis=1)
-            nan_count = tl.sum((y != y).to(tl.int32), axis=1)
+            amax, nan_count = _absmax(y, FAST)
             scale = _row_scale(amax, nan_count)
-            q = _quantize_tile(y, scale[:, None])
-            _store_q(q_ptr, rows64, stride_qm, cols, m2, q, FLAT_I8, BLOCK_M, BLOCK_K)
+            _quant_store(q_ptr, rows64, stride_qm, cols, m2, y, scale, FAST, FLAT_I8, BLOCK_M, BLOCK_K)
         else:
             ss = tl.zeros([BLOCK_M], dtype=tl.float32)
             for k0 in range(0, K, BLOCK_K):
@@ -228,44 +324,70 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
                 cmask = cols < K
                 m2 = rmask[:, None] & cmask[None, :]
                 h = _rms_quant_row_tile(x_row, r_row, cols, m2, HAS_RES)
-                g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-                y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g[None, :]
+                g = _load_cols(gamma_ptr, rows, cols, cmask, m2, FAST)
+                y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g
                 if HAS_SMOOTH:
-                    y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+                    y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
                 y = tl.where(m2, y, 0.0)
-                amax = tl.maximum(amax, tl.max(tl.abs(y), axis=1))
-                nan_count += tl.sum((y != y).to(tl.int32), axis=1)
+                a_k, n_k = _absmax(y, FAST)
+                if FAST:
+                    amax = _max_nan(amax, a_k)
+                else:
+                    amax = tl.maximum(amax, a_k)
+                    nan_count += n_k
             scale = _row_scale(amax, nan_count)
             for k0 in range(0, K, BLOCK_K):
                 cols = k0 + tl.arange(0, BLOCK_K)
                 cmask = cols < K
                 m2 = rmask[:, None] & cmask[None, :]
                 h = _rms_quant_row_tile(x_row, r_row, cols, m2, HAS_RES)
-                g = tl.load(gamma_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-                y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g[None, :]
+                g = _load_cols(gamma_ptr, rows, cols, cmask, m2, FAST)
+                y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g
                 if HAS_SMOOTH:
-                    y = y * tl.load(smooth_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
-                q = _quantize_tile(y, scale[:, None])
-                _store_q(q_ptr, rows64, stride_qm, cols, m2, q, FLAT_I8, BLOCK_M, BLOCK_K)
+                    y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+                _quant_store(q_ptr, rows64, stride_qm, cols, m2, y, scale, FAST, FLAT_I8, BLOCK_M, BLOCK_K)
         tl.store(scale_ptr + rows64, scale, mask=rmask)
 
 
-def _row_launch(op: str, M: int, K: int, device: torch.device) -> tuple[int, int, bool, int, int, bool]:
-    """(BLOCK_M, BLOCK_K, SINGLE, grid, num_warps, FLAT_I8) for a row-wise quant kernel (memoised per op, M, K
-    and config table)."""
+def _row_launch(op: str, M: int, K: int, device: torch.device) -> tuple:
+    """(BLOCK_M, BLOCK_K, SINGLE, grid, num_warps, FLAT_I8, FAST, num_stages) for a row-wise quant kernel
+    (memoised per op, M, K and config table)."""
     return _cached_row_launch(op, M, K, _backend_key(device))
 
 
+def _row_bucket(cfg: dict, M: int) -> dict:
+    """A row op's config: the first of ``cfg["buckets"]`` with M ≤ max_m (else ``cfg`` itself, flat)."""
+    for b in cfg.get("buckets", ()):
+        if M <= int(b["max_m"]):
+            return b
+    return cfg["buckets"][-1] if "buckets" in cfg else cfg
+
+
 @functools.lru_cache(maxsize=4096, typed=True)
-def _cached_row_launch(op: str, M: int, K: int, key: str) -> tuple[int, int, bool, int, int, bool]:
-    cfg = _all_configs()[key][op]
+def _cached_row_launch(op: str, M: int, K: int, key: str) -> tuple:
+    return _make_row_launch(_row_bucket(_all_configs()[key][op], M), M, K)
+
+
+def _make_row_launch(cfg: dict, M: int, K: int) -> tuple:
+    """Launch tuple of :func:`_row_launch` from one row config: ``max_block_k`` (the row stays in registers when
+    next_pow2(K) ≤ it, else BLOCK_K-wide sweeps), ``tile_elems`` (BLOCK_M = tile_elems // BLOCK_K rows per work
+    item, at most 64) or ``block_m`` (explicit), ``num_warps``, ``grid_cap`` (0 = one program per work item,
+    else a persistent loop), optional ``num_stages``, ``fast`` (CUDA quotient path) and ``flat_int8_store``."""
     kp = _np2(max(K, 1))
     block_k = min(kp, int(cfg["max_block_k"]))
     single = kp <= int(cfg["max_block_k"])
-    block_m = max(1, min(int(cfg["tile_elems"]) // block_k, _np2(max(M, 1)), 64))
+    bm = int(cfg["block_m"]) if "block_m" in cfg else int(cfg["tile_elems"]) // block_k
+    block_m = max(1, min(bm, _np2(max(M, 1)), 64))
     n_blocks = _cdiv(M, block_m)
-    return (block_m, block_k, single, _grid(n_blocks, int(cfg["grid_cap"])), int(cfg["num_warps"]),
-            bool(cfg.get("flat_int8_store", False)))
+    return (block_m, block_k, single, _grid(n_blocks, int(cfg.get("grid_cap", 0))), int(cfg["num_warps"]),
+            bool(cfg.get("flat_int8_store", False)), bool(cfg.get("fast", False)), int(cfg.get("num_stages", 0)))
+
+
+def _row_launch_for(op: str, M: int, K: int, device: torch.device, config: dict | None,
+                    backend_key: str | None) -> tuple:
+    if config is not None:
+        return _make_row_launch(config, M, K)
+    return _cached_row_launch(op, M, K, backend_key or _backend_key(device))
 
 
 def _flatten_rows(x: torch.Tensor) -> torch.Tensor:
@@ -298,6 +420,14 @@ def dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = None)
     q = 0, scale = 0; a row holding NaN gives scale = NaN (its q is 0). Inputs are not validated here
     (ops/quant.py checks them).
     """
+    return dynamic_quant_config(x, smooth_scales=smooth_scales)
+
+
+def dynamic_quant_config(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = None, config: dict | None = None,
+                         backend_key: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`dynamic_quant` with an explicit row ``config`` (keys of :func:`_make_row_launch`) and/or config
+    table ``backend_key`` ("cuda" / "ascend") — for perf sweeps and for tests that run the CUDA configs under
+    the interpreter."""
     K = x.shape[-1]
     q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
     scale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
@@ -305,11 +435,15 @@ def dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = None)
     M = x2.shape[0]
     if M == 0 or K == 0:
         return q, scale.zero_()
-    block_m, block_k, single, grid, warps, flat = _row_launch("dynamic_quant", M, K, x.device)
+    block_m, block_k, single, grid, warps, flat, fast, stages = _row_launch_for(
+        "dynamic_quant", M, K, x.device, config, backend_key)
     s = smooth_scales if smooth_scales is not None else x2
+    launch = dict(num_warps=warps)
+    if stages and x.device.type == "cuda":
+        launch["num_stages"] = stages
     _dynamic_quant_kernel[(grid,)](x2, s, q, scale, M, K, x2.stride(0), K,
                                    HAS_SMOOTH=smooth_scales is not None, BLOCK_M=block_m, BLOCK_K=block_k,
-                                   SINGLE=single, FLAT_I8=flat, num_warps=warps)
+                                   SINGLE=single, FLAT_I8=flat, FAST=fast, **launch)
     return q, scale
 
 
@@ -334,6 +468,14 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
     Returns (x_int8 [..., K] int8, scale [...] fp32 per-token scale, residual_out [..., K] x.dtype = x + residual).
     Mirrors ``torch_npu.npu_add_rms_norm_dynamic_quant``; semantics in reference/quant.py.
     """
+    return rms_norm_dynamic_quant_config(x, gamma, epsilon=epsilon, residual=residual, smooth_scales=smooth_scales)
+
+
+def rms_norm_dynamic_quant_config(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: float = 1e-6,
+                                  residual: torch.Tensor | None = None, smooth_scales: torch.Tensor | None = None,
+                                  config: dict | None = None, backend_key: str | None = None
+                                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`rms_norm_dynamic_quant` with an explicit row ``config`` and/or config table ``backend_key``."""
     K = x.shape[-1]
     q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
     scale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
@@ -343,13 +485,17 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
     if M == 0:
         return q, scale, res_out
     r2 = _flatten_rows(residual) if residual is not None else x2
-    block_m, block_k, single, grid, warps, flat = _row_launch("rms_norm_dynamic_quant", M, K, x.device)
+    block_m, block_k, single, grid, warps, flat, fast, stages = _row_launch_for(
+        "rms_norm_dynamic_quant", M, K, x.device, config, backend_key)
     s = smooth_scales if smooth_scales is not None else gamma
+    launch = dict(num_warps=warps)
+    if stages and x.device.type == "cuda":
+        launch["num_stages"] = stages
     _rms_norm_quant_kernel[(grid,)](x2, r2, gamma, s, q, scale, res_out, M, K,
                                     x2.stride(0), r2.stride(0), K, K, float(epsilon),
                                     HAS_RES=residual is not None, HAS_SMOOTH=smooth_scales is not None,
-                                    BLOCK_M=block_m, BLOCK_K=block_k, SINGLE=single, FLAT_I8=flat,
-                                    num_warps=warps)
+                                    BLOCK_M=block_m, BLOCK_K=block_k, SINGLE=single, FLAT_I8=flat, FAST=fast,
+                                    **launch)
     return q, scale, res_out
 
 
@@ -358,12 +504,12 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
 # ==============================================================================================
 # K, N, K_PER_SPLIT stay specialised: their divisibility by 16 lets the loads vectorise (10x measured)
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
-def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr,
+def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
                 M, N, K, K_PER_SPLIT, SPLIT_K,
                 stride_xm, stride_wk, stride_wn, stride_om,
                 W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                GROUP_M: tl.constexpr):
+                GROUP_M: tl.constexpr, REDUCE: tl.constexpr = False):
     """One work item = (split, BLOCK_M × BLOCK_N output tile). PARTIALS False (SPLIT_K == 1): fused fp32
     epilogue; True: int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel. SPLIT_K is a
     runtime value so the split choice does not multiply compilations.
@@ -371,7 +517,13 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr,
     x is read with a unit K stride. W_LAYOUT: 0 = K-major weight (stride_wk == 1, CUDA's packed layout),
     1 = row-major (stride_wn == 1, Ascend's ND layout), 2 = any strides. WRAP (CUDA): rows/columns past
     M/N wrap around (``% M``, never stored) instead of masking the loads; Ascend masks (its pointer
-    analysis needs affine offsets)."""
+    analysis needs affine offsets).
+
+    REDUCE (CUDA, with PARTIALS): no epilogue kernel. After storing its partial, a work item bumps the tile's
+    int32 counter ``cnt[tile]`` (acq_rel, after a CTA barrier); the item that sees SPLIT_K − 1 adds the other
+    splits' partials (read through L2) to its own, applies the fp32 epilogue, stores ``out`` and resets the
+    counter to 0, so ``cnt`` must start zeroed and stays zeroed. int32 addition is exact, so the result does
+    not depend on the arrival order (deterministic, bit-identical to the two-kernel path)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -440,6 +592,23 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr,
         else:
             p = part_ptr + (split.to(tl.int64) * M + om.to(tl.int64)[:, None]) * N + on[None, :]
             tl.store(p, acc, mask=omask)
+            if REDUCE:
+                tl.debug_barrier()
+                arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
+                if arrived == SPLIT_K - 1:
+                    pq = part_ptr + om.to(tl.int64)[:, None] * N + on[None, :]
+                    for s2 in range(0, SPLIT_K):
+                        if s2 != split:
+                            acc += tl.load(pq, mask=omask, other=0, cache_modifier=".cg")
+                        pq += M * N
+                    ws = tl.load(ws_ptr + on, mask=nmask, other=0.0).to(tl.float32)
+                    xs = tl.load(xs_ptr + om, mask=mmask, other=0.0).to(tl.float32)
+                    o = acc.to(tl.float32) * ws[None, :] * xs[:, None]
+                    if HAS_BIAS:
+                        o = o + tl.load(bias_ptr + on, mask=nmask, other=0.0).to(tl.float32)[None, :]
+                    tl.store(out_ptr + om.to(tl.int64)[:, None] * stride_om + on[None, :],
+                             o.to(out_ptr.dtype.element_ty), mask=omask)
+                    tl.atomic_xchg(cnt_ptr + tile, 0)
 
 
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
@@ -470,6 +639,39 @@ def _qmm_epilogue_kernel(part_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, M, N, SPLI
         tl.store(out_ptr + om.to(tl.int64)[:, None] * stride_om + on[None, :], o.to(out_ptr.dtype.element_ty), mask=m2)
 
 
+_COUNTERS: dict = {}
+_CNT_REGION = 1024   # counters per stream region (≥ the tiles of any split-K launch; more → a fresh buffer)
+_CNT_REGIONS = 256   # stream regions per device buffer (1 MiB; torch pools 32 streams per priority)
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    """Zeroed int32 tile counters (at least ``n``) for the in-kernel split-K reduction (``reduce: "atomic"``).
+
+    The kernel leaves every counter it used at 0 again, so one zeroed buffer per device, created by the first
+    eager call, is reused without a memset: each stream gets its own region of it (kernels on one stream never
+    overlap; CUDA-graph replays are assumed sequential, as with a shared graph memory pool). Fallback, when
+    there is no buffer yet and a graph is being captured, or more than ``_CNT_REGIONS`` streams, or more than
+    ``_CNT_REGION`` tiles: a fresh ``torch.zeros`` for this call only (its memset is captured with the graph)."""
+    if n > _CNT_REGION:
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    is_cuda = device.type == "cuda"
+    dkey = (device.type, device.index)
+    entry = _COUNTERS.get(dkey)
+    if entry is None:
+        buf = torch.zeros(_CNT_REGION * _CNT_REGIONS, dtype=torch.int32, device=device)
+        if is_cuda and torch.cuda.is_current_stream_capturing():
+            return buf[:n]
+        entry = _COUNTERS[dkey] = (buf, {})
+    buf, slots = entry
+    skey = torch.cuda.current_stream(device).cuda_stream if is_cuda else 0
+    off = slots.get(skey)
+    if off is None:
+        if len(slots) >= _CNT_REGIONS:
+            return torch.zeros(n, dtype=torch.int32, device=device)
+        off = slots[skey] = len(slots) * _CNT_REGION
+    return buf[off: off + _CNT_REGION]
+
+
 def _bucket(M: int, cfg: dict) -> dict:
     for b in cfg["buckets"]:
         if M <= int(b["max_m"]):
@@ -485,7 +687,9 @@ def _choose_split(M: int, N: int, K: int, b: dict, cfg: dict, device: torch.devi
     tiles = _cdiv(M, int(b["BLOCK_M"])) * _cdiv(N, int(b["BLOCK_N"]))
     sk = b.get("split_k", "auto")
     if sk == "auto":
-        if target is None:
+        if int(b.get("split_target", 0)) > 0:
+            target = int(b["split_target"])  # the bucket's own work-item target (e.g. 2 waves of 132 SMs)
+        elif target is None:
             target = _split_target(cfg, device)
         sk = max(1, target // max(tiles, 1))
         sk = min(sk, int(cfg["max_split_k"]), max(1, K // int(cfg["min_k_per_split"])))
@@ -585,16 +789,18 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     else:
         w_layout = 2
     part = torch.empty((sk, M, N), dtype=torch.int32, device=dev) if sk > 1 else out
+    reduce = sk > 1 and plan.get("reduce", "kernel") == "atomic"
+    cnt = _counters(dev, tiles) if reduce else part
     launch = dict(num_warps=int(plan["num_warps"]))
     if dev.type == "cuda":
         launch["num_stages"] = int(plan["num_stages"])
-    _qmm_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part,
+    _qmm_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt,
                          M, N, K, k_per, sk,
                          x_int8.stride(0), weight_int8.stride(0), weight_int8.stride(1), out.stride(0),
                          W_LAYOUT=w_layout, WRAP=bool(cfg.get("wrap", False)), PARTIALS=sk > 1, HAS_BIAS=has_bias,
                          EVEN_K=(K % bk == 0),
-                         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), **launch)
-    if sk > 1:
+                         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), REDUCE=reduce, **launch)
+    if sk > 1 and not reduce:
         e = cfg["epilogue"]
         ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
         etiles = _cdiv(M, ebm) * _cdiv(N, ebn)
@@ -617,28 +823,33 @@ def compile_cases(table: str = "ascend") -> list[dict]:
     cfgs = _all_configs()[table]
     cases: list[dict] = []
     for op, fn in (("dynamic_quant", _dynamic_quant_kernel), ("rms_norm_dynamic_quant", _rms_norm_quant_kernel)):
-        c = cfgs[op]
+      for bi, c in enumerate(cfgs[op].get("buckets", [cfgs[op]])):
         mb = int(c["max_block_k"])
-        for single, block_k, block_m in ((True, mb, 1), (False, mb, 1), (True, 512, int(c["tile_elems"]) // 512)):
+        bm = int(c["block_m"]) if "block_m" in c else int(c["tile_elems"]) // mb
+        bm512 = int(c["block_m"]) if "block_m" in c else int(c["tile_elems"]) // 512
+        for single, block_k, block_m in ((True, mb, max(1, bm)), (False, mb, max(1, bm)), (True, 512, bm512)):
             for smooth in (False, True):
                 for dt in ("*bf16", "*fp16"):
                     if op == "dynamic_quant":
                         sig = {"x_ptr": dt, "smooth_ptr": "*fp32", "q_ptr": "*i8", "scale_ptr": "*fp32", "M": "i32",
                                "K": "i32", "stride_xm": "i32", "stride_qm": "i32",
                                "HAS_SMOOTH": "constexpr", "BLOCK_M": "constexpr", "BLOCK_K": "constexpr",
-                               "SINGLE": "constexpr", "FLAT_I8": "constexpr"}
+                               "SINGLE": "constexpr", "FLAT_I8": "constexpr", "FAST": "constexpr"}
                         ce = dict(HAS_SMOOTH=smooth, BLOCK_M=block_m, BLOCK_K=block_k, SINGLE=single,
-                                  FLAT_I8=bool(c.get("flat_int8_store", False)))
+                                  FLAT_I8=bool(c.get("flat_int8_store", False)), FAST=bool(c.get("fast", False)))
                     else:
                         sig = {"x_ptr": dt, "res_ptr": dt, "gamma_ptr": dt, "smooth_ptr": "*fp32", "q_ptr": "*i8",
                                "scale_ptr": "*fp32", "res_out_ptr": dt, "M": "i32", "K": "i32", "stride_xm": "i32",
                                "stride_rm": "i32", "stride_qm": "i32",
                                "stride_om": "i32", "eps": "fp32", "HAS_RES": "constexpr", "HAS_SMOOTH": "constexpr",
                                "BLOCK_M": "constexpr", "BLOCK_K": "constexpr",
-                               "SINGLE": "constexpr", "FLAT_I8": "constexpr"}
+                               "SINGLE": "constexpr", "FLAT_I8": "constexpr", "FAST": "constexpr"}
                         ce = dict(HAS_RES=True, HAS_SMOOTH=smooth, BLOCK_M=block_m,
-                                  BLOCK_K=block_k, SINGLE=single, FLAT_I8=bool(c.get("flat_int8_store", False)))
+                                  BLOCK_K=block_k, SINGLE=single, FLAT_I8=bool(c.get("flat_int8_store", False)),
+                                  FAST=bool(c.get("fast", False)))
                     name = f"{op}_{'single' if single else 'chunked'}_bm{block_m}_bk{block_k}_{'smooth' if smooth else 'plain'}_{dt[1:]}"
+                    if "buckets" in cfgs[op]:
+                        name += f"_b{bi}"
                     cases.append(dict(name=name, fn=fn, signature=sig, constexprs=ce, num_warps=int(c["num_warps"])))
     q = cfgs["quant_matmul"]
     for b in q["buckets"]:
@@ -646,16 +857,19 @@ def compile_cases(table: str = "ascend") -> list[dict]:
             for even in (True, False):
                 for out in ("*bf16", "*fp16"):
                     sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
-                           "out_ptr": out, "part_ptr": "*i32" if partials else out, "M": "i32", "N": "i32", "K": "i32",
+                           "out_ptr": out, "part_ptr": "*i32" if partials else out, "cnt_ptr": "*i32" if partials else out,
+                           "M": "i32", "N": "i32", "K": "i32",
                            "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
                            "stride_wk": "i32", "stride_wn": "i32", "stride_om": "i32", "W_LAYOUT": "constexpr",
                            "WRAP": "constexpr", "PARTIALS": "constexpr",
                            "HAS_BIAS": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr",
-                           "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
+                           "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
+                           "REDUCE": "constexpr"}
                     # the layout pack_weight produces for this backend: ND row-major on Ascend, K-major on CUDA
                     ce = dict(W_LAYOUT=1 if table == "ascend" else 0, WRAP=bool(q.get("wrap", False)),
                               PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
-                              BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]))
+                              BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]),
+                              REDUCE=partials and b.get("reduce", "kernel") == "atomic")
                     tag = "splitk" if partials else "fused"
                     cases.append(dict(name=f"quant_matmul_m{b['max_m']}_{tag}_{'even' if even else 'tail'}_{out[1:]}",
                                       fn=_qmm_kernel, signature=sig, constexprs=ce, num_warps=int(b["num_warps"]),
@@ -671,6 +885,6 @@ def compile_cases(table: str = "ascend") -> list[dict]:
     return cases
 
 
-__all__ = ["dynamic_quant", "rms_norm_dynamic_quant", "quant_matmul", "quant_matmul_config", "plan_quant_matmul",
+__all__ = ["dynamic_quant", "rms_norm_dynamic_quant", "dynamic_quant_config", "rms_norm_dynamic_quant_config", "quant_matmul", "quant_matmul_config", "plan_quant_matmul",
            "supports_reason_dynamic_quant", "supports_reason_rms_norm_dynamic_quant", "supports_reason_quant_matmul",
            "ascend_compile_cases", "compile_cases"]

@@ -221,6 +221,60 @@ def check_quant_matmul(dev, Ms, gen):
     check("quant_matmul int32 extremes K=18432", out[0].eq(-127 * 127 * K).all().item() and out[1].eq(127 * 127 * K).all().item())
 
 
+def check_fast_paths(dev, Ms, gen):
+    """The CUDA-only paths of the configs: the reciprocal + Markstein quotient (row kernels, both buckets),
+    the two-sweep row tiles, and the in-kernel split-K reduction (atomic tile counters)."""
+    log("\n## CUDA fast paths (quotient, row tiles, in-kernel split-K)")
+    if dev.type != "cuda":
+        log("skip (GPU only; tests/test_quant_triton.py covers these paths under the interpreter)")
+        return
+    K = 7168
+    s = 2.0 ** -5
+    n = torch.randint(-127, 127, (K,), generator=gen, device=dev).float()
+    t = (n + 0.5) * s
+    t[0] = 127 * s
+    rows = [t, torch.nextafter(t, torch.full_like(t, float("inf"))), torch.nextafter(t, torch.full_like(t, -float("inf"))),
+            torch.randn(K, generator=gen, device=dev) * 1e-40, torch.randn(K, generator=gen, device=dev) * 2e-23,
+            torch.randn(K, generator=gen, device=dev) * 1e37, torch.zeros(K, device=dev)]
+    x = torch.stack(rows)
+    x = torch.cat([x, 3 * torch.randn(300, K, generator=gen, device=dev)])     # 307 rows: the large-T bucket too
+    for name, cfg in (("default", None), ("single", {"max_block_k": 8192, "block_m": 1, "num_warps": 8, "fast": True}),
+                      ("chunked", {"max_block_k": 1024, "block_m": 2, "num_warps": 4, "fast": True})):
+        for xx in (x[:7], x):
+            q, sc = TQ.dynamic_quant_config(xx, config=cfg)
+            rq, rs = RQ.dynamic_quant(xx.cpu())
+            ok = torch.equal(q.cpu(), rq) and torch.equal(sc.cpu(), rs)
+            check(f"dynamic_quant fast quotient {name} rows={xx.shape[0]} (ties ±1 ulp, subnormal/tiny/huge scales)", ok,
+                  "" if ok else f"{int((q.cpu() != rq).sum())} int8 / {int((sc.cpu() != rs).sum())} scales differ")
+    g = (0.5 + torch.rand(K, generator=gen, device=dev)).to(torch.bfloat16)
+    xb = torch.randn(300, K, generator=gen, device=dev).to(torch.bfloat16)
+    rb = torch.randn(300, K, generator=gen, device=dev).to(torch.bfloat16)
+    for tiles in ({"max_block_k": 8192, "block_m": 1, "num_warps": 8}, {"max_block_k": 1024, "block_m": 1, "num_warps": 4}):
+        a = TQ.rms_norm_dynamic_quant_config(xb, g, epsilon=1e-6, residual=rb, config=dict(tiles, fast=False))
+        b = TQ.rms_norm_dynamic_quant_config(xb, g, epsilon=1e-6, residual=rb, config=dict(tiles, fast=True))
+        check(f"rms_norm_dynamic_quant fast == div_rn path, tiles {tiles}", all(torch.equal(u, v) for u, v in zip(a, b)))
+    for M, K, N in ((1, 7168, 2112), (16, 7168, 2112), (64, 7168, 2112), (128, 7168, 2112), (3, 1536, 1000)):
+        x = torch.randint(-127, 128, (M, K), generator=gen, device=dev, dtype=torch.int8)
+        w = RQ.pack_weight(torch.randint(-127, 128, (K, N), generator=gen, device=dev, dtype=torch.int8))
+        ws = torch.rand(N, generator=gen, device=dev) * 1e-4
+        xs = torch.rand(M, generator=gen, device=dev) * 1e-2
+        bias = torch.randn(N, generator=gen, device=dev)
+        ref = RQ.quant_matmul(x, w, ws, xs)
+        bm = 16 if M <= 16 else (64 if M <= 64 else 128)
+        outs = {}
+        for red in ("kernel", "atomic"):
+            for sk in (3, 4, 7):
+                cfg = dict(BLOCK_M=bm, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=4, split_k=sk, reduce=red)
+                outs[(red, sk)] = [TQ.quant_matmul_config(x, w, ws, xs, config=cfg) for _ in range(3)]
+        ok = all(torch.equal(o, ref) for v in outs.values() for o in v)
+        ob = TQ.quant_matmul(x, w, ws, xs, bias=bias)
+        okb = bf16_close(ob, RQ.quant_matmul(x, w, ws, xs, bias=bias))[0]
+        check(f"quant_matmul split-K atomic == two-kernel == reference (bit-exact, 3 runs) M={M} K={K} N={N}", ok and okb)
+    torch.cuda.synchronize()
+    zero = all(int(buf.abs().sum().item()) == 0 for buf, _ in TQ._COUNTERS.values())
+    check("split-K counters all back at zero", zero)
+
+
 def _ids_match_up_to_ties(idx, ridx, x, bias, kw) -> tuple[bool, int]:
     """Rows whose ids differ are allowed only if the swapped experts' biased scores tie to ~1 ulp."""
     diff_rows = (idx != ridx).any(1).nonzero().flatten().tolist()
@@ -374,6 +428,7 @@ def main() -> int:
         torch.set_num_threads(2)
     t0 = time.time()
     for fn, arg in ((check_dynamic_quant, Ms), (check_rms_norm_dynamic_quant, Ms), (check_quant_matmul, Ms),
+                    (check_fast_paths, Ms),
                     (check_gating, Ms), (check_graphs_and_compile, None)):
         orig_empty = poison_like_empty() if arg is not None else None
         try:

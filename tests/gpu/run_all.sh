@@ -15,6 +15,14 @@ step() {  # name, seconds, command...
   echo "   rc=$rc in $((SECONDS - t0))s; tail:"; tail -n 6 "$OUT/$name.txt" | sed 's/^/   | /'
 }
 case "${1:-all}" in
+round1)  # host profile, the three config sweeps, the layer with Triton kernels, a perf smoke of the new timer
+  step profile_host 45 python3 tests/gpu/profile_host.py --calls 200 --out "$OUT/profile_host_report.txt"
+  step amla_sweep 120 python3 perf/bench_amla.py "$OUT/amla_sweep.md" --sweep-only
+  step quant_sweep 120 python3 perf/bench_quant_gating.py --sweep2 --out "$OUT/quant_sweep.md"
+  step mla_prolog_sweep 115 python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 95 --out "$OUT/mla_prolog_sweep.md"
+  step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  step perf_smoke 60 python3 -m perf --device cuda --ops moe_gating_top_k,amla,quant_matmul --shapes deepseek_v3_T1,b64_sq1_n16_l4096,qkv_a_M1 --no-layer --repro-check 2 --out "$OUT/perf_smoke"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
