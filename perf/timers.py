@@ -178,17 +178,18 @@ def _warm_up(fns: Sequence[Callable[[], object]]) -> None:
     torch.cuda.synchronize()
 
 
-def _capture(fns: Sequence[Callable[[], object]], calls: int, pool=None) -> "torch.cuda.CUDAGraph":
-    """``calls`` calls cycling through ``fns``, captured on a side stream into one graph (memory from ``pool``).
-    Unlike ``with torch.cuda.graph(...)`` the caller's stream is restored even when capture fails (an op that syncs
-    the host), and no gc.collect() runs per capture."""
+def _capture(fns: Sequence[Callable[[], object]], calls: int) -> "torch.cuda.CUDAGraph":
+    """``calls`` calls cycling through ``fns``, captured on a side stream into one graph with its own private memory
+    pool. Unlike ``with torch.cuda.graph(...)`` the caller's stream is restored even when capture fails (an op that
+    syncs the host), and no gc.collect() runs per capture. (A pool handle shared between the pre-measure graph and
+    the timed graph tripped CUDACachingAllocator's ``use_count > 0`` assert on torch 2.11, H200, 2026-11-30.)"""
     g = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     cur = torch.cuda.current_stream()
     side = torch.cuda.Stream()
     side.wait_stream(cur)
     with torch.cuda.stream(side):
-        g.capture_begin(pool=pool)
+        g.capture_begin()
         err = None
         try:
             for i in range(calls):
@@ -261,13 +262,12 @@ def graph_time_us(fns: list[Callable[[], object]], calls: int | None = None, rep
         raise ValueError("graph_time_us: fns is empty")
     t_start = time.perf_counter()
     _warm_up(fns)
-    pool = torch.cuda.graph_pool_handle()
     notes = []
     g, warm = None, None
     if calls is None:
         # one pre-measured call: a graph of the first set only, replayed twice (the first replay uploads the graph)
         t0 = time.perf_counter()
-        g1 = _capture(fns, 1, pool)
+        g1 = _capture(fns, 1)
         host_per_call = time.perf_counter() - t0
         ts = _replay_times_us(g1, 2, head_start_us=50.0)
         one_us = max(ts[-1], 1e-3)
@@ -277,7 +277,7 @@ def graph_time_us(fns: list[Callable[[], object]], calls: int | None = None, rep
         else:
             del g1
     if g is None:
-        g = _capture(fns, calls, pool)
+        g = _capture(fns, calls)
         warm = _replay_times_us(g, 1, head_start_us=50.0)[0]     # upload + first touch
     if replays is None:
         left = budget_s - (time.perf_counter() - t_start)
