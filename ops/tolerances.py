@@ -10,13 +10,17 @@ from __future__ import annotations
 import torch
 
 # row -> limits. bf16/fp16: cosine difference and max |err| as a fraction of max|ref|; fp32: max |err| relative to
-# max|ref|; lse: absolute; int8: exact (0 LSB)
+# max|ref|; lse: absolute; int8: exact (0 LSB); int8_near_tie: ±1 LSB at no more than max_frac of the elements,
+# for rms_norm_dynamic_quant, whose fp32 Σx² reduction order is not the reference's (the rms moves by an ulp and
+# values within an ulp of a .5 tie round the other way: 2–10 per 10⁷ on the H200; tests/test_quant_triton.py checks
+# each such element sits at a near-tie)
 TOLERANCES = {
     "bf16": dict(cos_diff=1e-5, max_rel=2e-2),
     "fp16": dict(cos_diff=1e-5, max_rel=2e-2),
     "fp32": dict(rel=1e-5),
     "lse": dict(abs=1e-5),
     "int8": dict(lsb=0),
+    "int8_near_tie": dict(lsb=1, max_frac=1e-5),
 }
 
 

@@ -190,24 +190,27 @@ def merge_reports(dirs: Sequence[str], out: str) -> int:
     rows: dict[tuple, dict] = {}
     notes: list[str] = []
     layer = {"available": False, "reason": "no merged run has a layer view", "views": []}
-    repro: list[dict] = []
-    for d, js in zip(dirs, parts):
+    repro: list[tuple[int, dict]] = []
+    src: dict[tuple, int] = {}
+    for i, (d, js) in enumerate(zip(dirs, parts)):
         for r in js["rows"]:
             rows.pop((r["op"], r["backend"], r["shape"]), None)
             rows[(r["op"], r["backend"], r["shape"])] = r
+            src[(r["op"], r["backend"], r["shape"])] = i
         for n in js.get("notes", []):
             if n not in notes:
                 notes.append(n)
         if not layer.get("available") and (js.get("layer") or {}).get("available"):
             layer = js["layer"]
-        repro += js["meta"].get("repro_check") or []
+        repro += [(i, x) for x in js["meta"].get("repro_check") or []]
     meta = dict(parts[0]["meta"])
     meta["parts"] = [dict(dir=d, command=js["meta"].get("command"), elapsed_s=js["meta"].get("elapsed_s"),
                           timestamp=js["meta"].get("timestamp"), git_sha=js["meta"].get("git_sha"),
                           ceilings=js["meta"].get("ceilings")) for d, js in zip(dirs, parts)]
     meta["command"] = " + ".join(str(p["command"]) for p in meta["parts"])
     meta["elapsed_s"] = round(sum(float(p["elapsed_s"] or 0) for p in meta["parts"]), 1)
-    meta["repro_check"] = repro
+    # a re-run check of a row that a later run replaced describes a number no longer in the report: drop it
+    meta["repro_check"] = [x for i, x in repro if src.get((x.get("op"), x.get("backend"), x.get("shape")), i) == i]
     for key in ("git_sha", "torch", "triton", "device"):
         vals = {str(js["meta"].get(key)) for js in parts}
         if len(vals) > 1:

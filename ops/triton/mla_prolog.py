@@ -425,7 +425,9 @@ def _load_uk(wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, BLOCK_C: tl.conste
 
 @triton.jit
 def _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_C: tl.constexpr, EV: tl.constexpr = ""):
+                  BLOCK_C: tl.constexpr, EV: tl.constexpr):
+    # EV has no default: triton 3.6 does not wrap a str default of a nested @jit call as a constexpr
+    # ("'str' object has no attribute 'type'", H200 2026-11-30), so every call passes it
     cc = c0 + tl.arange(0, BLOCK_C)
     c_m = cc < Hckv
     u = _load_uk(wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, BLOCK_C, EV)
@@ -563,12 +565,14 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
         if Q8:
             amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c0 in range(0, Hckv, BLOCK_C):
-                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C,
+                                           EV_UK)
                 amax = tl.maximum(amax, tl.max(tl.where(c_m[None, :], tl.abs(q), 0.0), axis=1))
             scale = tl.math.div_rn(amax, tl.full((BLOCK_M,), 127.0, tl.float32))
             safe = tl.where(scale > 0, scale, 1.0)
             for c0 in range(0, Hckv, BLOCK_C):
-                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C,
+                                           EV_UK)
                 v = tl.math.div_rn(q, tl.zeros_like(q) + safe[:, None])
                 v = tl.where(scale[:, None] > 0, v, 0.0)
                 tl.store(q_row + cc[None, :], _sat_int8(v, -127.0), mask=r_m[:, None] & c_m[None, :])
@@ -706,7 +710,15 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
              EV_W="evict_first" if ev_w else "", EV_UK="evict_first" if pf else "")
     eb = 1 if int8_query else act_bytes
     epi = (bd * bc + qbm * bd + 2 * br * br + qbm * br) * act_bytes
-    q["num_stages"] = _fit_stages(int(q.get("num_stages", 1)), (qbm * qbk + qbk * (bd + br)) * eb, epi, smem)
+    per_stage = (qbm * qbk + qbk * (bd + br)) * eb
+    # W_UK chunks held across the main loop (PRE_UK, [BLOCK_D, BLOCK_C] each): fewer when they would not leave room
+    # for two operand stages (fp32 activations: 270 KB > 227 KB of shared memory on the H200 with 2 chunks)
+    pre = int(q.get("PRE_UK", 0))
+    while smem > 0 and pre > 0 and per_stage + epi + pre * bd * bc * act_bytes > smem:
+        pre -= 1
+    if "PRE_UK" in q:
+        q["PRE_UK"] = pre
+    q["num_stages"] = _fit_stages(int(q.get("num_stages", 1)), per_stage, epi + pre * bd * bc * act_bytes, smem)
     return dict(down=d, row=r, query=q, backend_key=key)
 
 

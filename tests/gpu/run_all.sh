@@ -36,6 +36,11 @@ round2b)  # the full report's second half + the quant/gating and mla_prolog corr
   step check_mla_prolog 80 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
   step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   ;;
+round3)  # host-syncing references re-timed by the profiler timer, rms_norm rows under the near-tie row, mla_prolog re-check
+  step perf_part3 240 python3 -m perf --device cuda --ops amla,mla_prolog --backends reference --no-layer --repro-check 4 --out "$OUT/perf_part3"
+  step perf_part4 90 python3 -m perf --device cuda --ops rms_norm_dynamic_quant --no-layer --repro-check 2 --out "$OUT/perf_part4"
+  step check_mla_prolog 80 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
