@@ -198,6 +198,12 @@ def _shapes() -> dict[str, dict]:
             for N in (16, 128):
                 for L in (1024, 4096, 16384):
                     shapes[f"b{B}_sq{S_q}_n{N}_l{L}"] = dict(B=B, S_q=S_q, N=N, L=L, block_size=128)
+    # the largest decode batch, and the remaining TP shards (TP2/4/16: 64/32/8 heads), at 4K context
+    for S_q in (1, 2):
+        for N in (16, 128):
+            shapes[f"b256_sq{S_q}_n{N}_l4096"] = dict(B=256, S_q=S_q, N=N, L=4096, block_size=128)
+        for N in (8, 32, 64):
+            shapes[f"b64_sq{S_q}_n{N}_l4096"] = dict(B=64, S_q=S_q, N=N, L=4096, block_size=128)
     # small enough for the CPU reference / the Triton interpreter
     shapes["cpu_b2_sq2_n8_l300"] = dict(B=2, S_q=2, N=8, L=300, block_size=64, cpu=True)
     shapes["cpu_b4_sq1_n16_varlen"] = dict(B=4, S_q=1, N=16, seq_lens=[0, 1, 130, 513], block_size=64, cpu=True)

@@ -100,7 +100,7 @@ def make_inputs(shape: dict, *, dtype=torch.float32, device="cpu", generator=Non
 
 SPEC = OpSpec(name="moe_gating_top_k", flops=flops, bytes=bytes_moved, make_inputs=make_inputs,
               shapes={f"deepseek_v3_T{T}": {"T": T, "E": 256, "group_count": 8, "k_group": 4, "k": 8,
-                                            "routed_scaling_factor": 2.5} for T in (1, 16, 64, 256)},
+                                            "routed_scaling_factor": 2.5} for T in (1, 16, 64, 256, 4096, 16384)},
               compute="fp32", tolerance="fp32")
 
 moe_gating_top_k = DsOp(

@@ -351,7 +351,7 @@ def test_R2_torch_compile_fullgraph(gen):
 def test_flops_bytes_and_spec(gen):
     from torch.utils.flop_counter import FlopCounterMode
     spec = ops.SPECS["moe_gating_top_k"]
-    assert set(spec.shapes) == {f"deepseek_v3_T{T}" for T in (1, 16, 64, 256)}
+    assert set(spec.shapes) == {f"deepseek_v3_T{T}" for T in (1, 16, 64, 256, 4096, 16384)}   # decode + prefill 4K/16K
     kw = spec.make_inputs(spec.shapes["deepseek_v3_T16"], dtype=torch.float32, device="cpu", generator=gen)
     y, idx, _ = ops.moe_gating.moe_gating_top_k(**kw)
     assert y.shape == (16, 8) and kw["routed_scaling_factor"] == 2.5

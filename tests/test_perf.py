@@ -692,3 +692,11 @@ def test_int8_near_tie_row_allows_rare_single_lsb_flips_only():
     bumped = base.clone()
     bumped.view(-1)[:1000] += 1
     assert not compare(bumped, base, "int8_near_tie").ok
+
+
+def test_host_bound_rows_carry_the_spread_floor():
+    """A call that syncs the host is timed by events that hold host time; re-runs on the H200 moved 10–55 %, so its
+    spread column is at least HOST_BOUND_SPREAD_PCT; graph-timed rows keep their own spread."""
+    from perf.timers import HOST_BOUND_SPREAD_PCT, Timing
+    assert Timing(10.0, 10.1, 10.2, "events", host_bound=True).spread_pct == HOST_BOUND_SPREAD_PCT
+    assert Timing(10.0, 10.1, 10.2, "cudagraph").spread_pct == pytest.approx(100 * 0.2 / 10.1)

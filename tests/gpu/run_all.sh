@@ -41,6 +41,9 @@ round3)  # host-syncing references re-timed by the profiler timer, rms_norm rows
   step perf_part4 90 python3 -m perf --device cuda --ops rms_norm_dynamic_quant --no-layer --repro-check 2 --out "$OUT/perf_part4"
   step check_mla_prolog 80 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
   ;;
+round4)  # the shapes added to the named set after round 2: amla B=256 and TP heads 8/32/64, prefill 16K tokens
+  step perf_part5 420 python3 -m perf --device cuda --shapes 'b256_*,b64_sq?_n8_*,b64_sq?_n32_*,b64_sq?_n64_*,*_T16384,*_M16384,deepseek_v3_T4096' --no-layer --repro-check 4 --out "$OUT/perf_part5"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
