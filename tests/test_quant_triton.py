@@ -332,7 +332,8 @@ def test_configs_are_data_for_both_backends_and_fit_ascend_buffers():
     assert set(cfg) >= {"cuda", "ascend"}
     for key in ("cuda", "ascend"):
         buckets = cfg[key]["quant_matmul"]["buckets"]
-        assert [b["max_m"] for b in buckets] == sorted(b["max_m"] for b in buckets)
+        plain = [b for b in buckets if "min_n" not in b]     # min_n buckets are a filter placed before the rest
+        assert [b["max_m"] for b in plain] == sorted(b["max_m"] for b in plain)
         for b in buckets:
             assert b["BLOCK_K"] % 32 == 0 and b["BLOCK_M"] >= 16 and b["BLOCK_N"] >= 16
     for b in cfg["ascend"]["quant_matmul"]["buckets"]:
@@ -489,3 +490,16 @@ def test_split_target_per_bucket_and_counter_regions():
     assert c1.data_ptr() == c2.data_ptr() and c1.numel() >= 200, "one region per stream, reused"
     big = T._counters(torch.device("cpu"), T._CNT_REGION + 1)
     assert big.numel() == T._CNT_REGION + 1 and int(big.abs().sum()) == 0
+
+
+def test_qmm_bucket_min_n_picks_wide_n_tiles():
+    """Buckets may name min_n: on CUDA, M 33..128 with N ≥ 8192 (q_b, N = 24576) takes the BLOCK_N 64 / BLOCK_K 128
+    tiles the H200 sweep measured fastest there (13.6 vs 18.4 µs at M = 64), narrow N keeps its own bucket."""
+    from ops.triton.quant import _all_configs, _bucket
+    cfg = _all_configs()["cuda"]["quant_matmul"]
+    wide, narrow = _bucket(64, cfg, 24576), _bucket(64, cfg, 2112)
+    assert (wide["BLOCK_N"], wide["BLOCK_K"], wide["min_n"]) == (64, 128, 8192)
+    assert "min_n" not in narrow and narrow["max_m"] == 64 and narrow["BLOCK_N"] == 32
+    assert _bucket(16, cfg, 24576)["max_m"] == 16              # decode M ≤ 16 keeps its bucket whatever N
+    assert _bucket(128, cfg, 24576)["BLOCK_M"] == 128 and _bucket(128, cfg, 24576)["min_n"] == 8192
+    assert _bucket(64, cfg)["max_m"] == 64 and "min_n" not in _bucket(64, cfg)   # N unknown: no min_n bucket

@@ -672,9 +672,11 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     return buf[off: off + _CNT_REGION]
 
 
-def _bucket(M: int, cfg: dict) -> dict:
+def _bucket(M: int, cfg: dict, N: int = 0) -> dict:
+    """The first bucket with M ≤ max_m (and N ≥ min_n when the bucket names one: wide-N decode GEMMs such as
+    q_b's N = 24576 stream best with other tiles than N = 2112, measured on the H200)."""
     for b in cfg["buckets"]:
-        if M <= int(b["max_m"]):
+        if M <= int(b["max_m"]) and N >= int(b.get("min_n", 0)):
             return b
     return cfg["buckets"][-1]
 
@@ -722,7 +724,7 @@ def _cached_qmm_plan(M: int, N: int, K: int, key: str, target: int) -> dict:
 def _make_qmm_plan(M: int, N: int, K: int, key: str, config: dict | None, device: torch.device | None,
                    target: int | None = None) -> dict:
     cfg = _all_configs()[key]["quant_matmul"]
-    b = dict(config) if config is not None else dict(_bucket(M, cfg))
+    b = dict(config) if config is not None else dict(_bucket(M, cfg, N))
     sk, k_per = _choose_split(M, N, K, b, cfg, device, target)
     b.update(SPLIT_K=sk, K_PER_SPLIT=k_per)
     return b

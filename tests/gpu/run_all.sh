@@ -44,6 +44,9 @@ round3)  # host-syncing references re-timed by the profiler timer, rms_norm rows
 round4)  # the shapes added to the named set after round 2: amla B=256 and TP heads 8/32/64, prefill 16K tokens
   step perf_part5 420 python3 -m perf --device cuda --shapes 'b256_*,b64_sq?_n8_*,b64_sq?_n32_*,b64_sq?_n64_*,*_T16384,*_M16384,deepseek_v3_T4096' --no-layer --repro-check 4 --out "$OUT/perf_part5"
   ;;
+round5)  # q_b decode rows after the min_n buckets (M 64 / 128 with N ≥ 8192); qkv_a beside them for comparison
+  step perf_part6 150 python3 -m perf --device cuda --ops quant_matmul --shapes 'q_b_M64,q_b_M128,qkv_a_M64,qkv_a_M128,q_b_M16,q_b_M4096' --no-layer --repro-check 2 --out "$OUT/perf_part6"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
