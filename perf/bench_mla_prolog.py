@@ -38,7 +38,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -122,30 +121,9 @@ def rotations(inp: dict) -> list[dict]:
 
 
 def graph_us(fn_list, replays: int = 10) -> float:
-    """Median per-call µs of a CUDA graph holding fn_list's calls back to back."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fn_list:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fn_list:
-            f()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / len(fn_list))
-    del g
-    return statistics.median(times)
+    """Median per-call µs of a CUDA graph holding fn_list's calls back to back (perf/timers.py ``graph_time_us``)."""
+    from perf.timers import graph_time_us
+    return graph_time_us(fn_list, calls=len(fn_list), replays=replays).p50_us
 
 
 def copy_bandwidth() -> float:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -77,37 +76,14 @@ def _dump_sweep(log: list) -> None:
 
 
 def graph_time_us(fns, calls: int = 20, replays: int = 10) -> float:
-    """Median µs per call of ``calls`` back-to-back calls (cycling through ``fns``) replayed in a CUDA graph."""
+    """Median µs per call of ``calls`` back-to-back calls (cycling through ``fns``) replayed in a CUDA graph
+    (perf/timers.py ``graph_time_us``, the report's timer)."""
     if SMOKE[0]:  # CPU interpreter smoke run: one plain call
         t0 = time.perf_counter()
         fns[0]()
         return (time.perf_counter() - t0) * 1e6
-    for f in fns:
-        f()
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            fns[i % len(fns)]()
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / calls)
-    del g
-    return statistics.median(ts)
+    from perf.timers import graph_time_us as _graph
+    return _graph(fns, calls=calls, replays=replays).p50_us
 
 
 def copies_for(nbytes: int) -> int:

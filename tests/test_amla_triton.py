@@ -572,3 +572,20 @@ def test_merge_false_runs_only_the_forward_kernel(gen):
     assert "merge" not in tri.LAST_LAUNCH and tri.LAST_LAUNCH["plan"]["num_splits"] == 3
     run(args, num_splits=3)
     assert "merge" in tri.LAST_LAUNCH
+
+
+@pytest.mark.parametrize("variant", ["amla_lazy", "multiply_lazy"])
+def test_A5_peeled_flat_loop_with_empty_splits_and_exact_tiles(gen, variant):
+    """The "cuda" table's peeled FLAT loop (page id loaded one tile ahead) with L = 0, 1, BLOCK_N, BLOCK_N + 1,
+    2·BLOCK_N, causal S_q = 2, 6 splits (most splits of the short rows get zero keys), NaN in every unused slot
+    and 2³¹ − 1 in the unused block_table entries: matches the reference and the unpeeled loop bit for bit."""
+    bn = 16
+    args = make(5, 2, 2, [0, 1, bn, bn + 1, 2 * bn], gen, bs=32, unused=2**31 - 1)
+    base = dict(key="cuda", BLOCK_M=16, BLOCK_N=bn, flat=True)
+    o1, l1 = check(args, config=dict(base, peel=True), variant=variant, num_splits=6)
+    assert tri.LAST_LAUNCH["plan"]["peel"] and tri.LAST_LAUNCH["plan"]["flat"]
+    assert tri.LAST_LAUNCH["plan"]["num_splits"] == 6
+    o0, l0 = run(args, config=dict(base, peel=False), variant=variant, num_splits=6)
+    assert torch.equal(o1, o0) and torch.equal(l1, l0)
+    assert torch.equal(o1[0], torch.zeros_like(o1[0])) and torch.isneginf(l1[0]).all()
+    assert torch.isneginf(l1[1, 0]).all() and torch.isfinite(l1[1:, 1]).all()

@@ -458,3 +458,57 @@ def test_cuda_graph_capture(monkeypatch):
     torch.cuda.synchronize()
     for u, v in zip(out, ref):
         assert torch.equal(bits(u), bits(v))
+
+
+@pytest.mark.parametrize("mode", ["bf16", "partial_c8"])
+def test_P2_P3_cuda_table_prefetch_programs_write_nothing_with_checks_off(mode, monkeypatch):
+    """The "cuda" table's row kernel (W_UK L2-prefetch programs after the token programs, their store masked
+    off; PRE_UK chunks in the query kernel) with DS_OPS_CHECKS=0, −1 and out-of-range cache ids: the caches,
+    held inside larger buffers with guard blocks, change only in the valid rows; every input (W_UK included,
+    which the prefetch programs read) stays bit-identical; the outputs match the reference."""
+    monkeypatch.setenv("DS_OPS_CHECKS", "0")
+    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    inp = small(mode, T=7, seed=21)
+    p = K.plan(7, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda")
+    assert p["row"]["PF_BLOCK"] > 0 and p["row"]["grid"] > p["row"]["n_row"], "prefetch programs must run here"
+    guards = {}
+    for name in ("kv_cache", "kr_cache"):
+        c = inp[name]
+        buf = torch.randn((c.shape[0] + 2,) + tuple(c.shape[1:])).to(c.dtype) if c.is_floating_point() else \
+            torch.randint(-127, 128, (c.shape[0] + 2,) + tuple(c.shape[1:]), dtype=c.dtype)
+        buf = buf.to(c.device)
+        buf[1:-1] = c
+        inp[name] = buf[1:-1]
+        guards[name] = buf
+    slots = inp["kv_cache"].shape[0] * inp["kv_cache"].shape[1]
+    idx = inp["cache_index"].clone()
+    idx[0], idx[3], idx[6] = -1, slots, slots + inp["kv_cache"].shape[1]
+    inp["cache_index"] = idx
+    before = {k: v.clone() for k, v in guards.items()}
+    inputs_before = clone(inp)
+    expect = clone(inp)
+    expect["cache_index"] = torch.where(idx >= slots, -1, idx)
+    with ops.backend("reference"):
+        want = M.mla_prolog(**expect)
+    got = run(inp)
+    q, qr = got[0], got[1]
+    if q.dtype == torch.int8:
+        _int8_close(q, want[0], "query")
+    else:
+        assert_close(q, want[0], KIND, name="query")
+    assert_close(qr, want[1], KIND, name="query_rope")
+    for name, buf in guards.items():
+        assert torch.equal(bits(buf[0]), bits(before[name][0])) and torch.equal(bits(buf[-1]), bits(before[name][-1])), \
+            f"{name}: a guard block outside the cache was written"
+    for k, v in inputs_before.items():
+        if isinstance(v, torch.Tensor) and k not in ("kv_cache", "kr_cache"):
+            same = torch.equal(inp[k], v) if v.element_size() == 8 else torch.equal(bits(inp[k]), bits(v))
+            assert same, f"input {k} was modified"
+    w = idx[(idx >= 0) & (idx < slots)].cpu()
+    for name in ("kv_cache", "kr_cache"):
+        f = inp[name].reshape(-1, inp[name].shape[-1])
+        fb = inputs_before[name].reshape(-1, f.shape[-1])
+        keep = torch.ones(f.shape[0], dtype=torch.bool)
+        keep[w] = False
+        keep = keep.to(f.device)
+        assert torch.equal(bits(f[keep]), bits(fb[keep])), f"{name}: a row that must not be written changed"

@@ -503,3 +503,108 @@ def test_qmm_bucket_min_n_picks_wide_n_tiles():
     assert _bucket(16, cfg, 24576)["max_m"] == 16              # decode M ≤ 16 keeps its bucket whatever N
     assert _bucket(128, cfg, 24576)["BLOCK_M"] == 128 and _bucket(128, cfg, 24576)["min_n"] == 8192
     assert _bucket(64, cfg)["max_m"] == 64 and "min_n" not in _bucket(64, cfg)   # N unknown: no min_n bucket
+
+
+# ----------------------------------------------------------------------------------------------
+# audit 2026-11-30: the CUDA fast paths against the field cases and adversarial inputs
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("M", [1, 2, 15, 16, 17])
+def test_Q1_token_counts_through_the_atomic_split_k_reduction(M, gen, monkeypatch):
+    """Q1 with the "cuda" table and a K long enough to split: the in-kernel (last-arriving split) reduction runs
+    for every small M (test_Q1_token_counts' K = 256 never splits)."""
+    monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
+    K, N = 1536, 72
+    plan = T.plan_quant_matmul(M, N, K, torch.device("cpu"))
+    assert plan["SPLIT_K"] > 1 and plan["reduce"] == "atomic", plan
+    out, _ = _check_qmm(M, K, N, gen, bias=True)
+    assert not torch.isnan(out).any()
+
+
+def test_split_k_counters_survive_changing_shapes_and_overflowing_the_region(gen, monkeypatch):
+    """Consecutive atomic split-K calls with different M / N (tile counts below, above and again below a counter
+    region, the ones above take a fresh buffer): every result exact, the shared region left at zero each time."""
+    monkeypatch.setattr(T, "_CNT_REGION", 4)
+    monkeypatch.setattr(T, "_COUNTERS", {})
+    cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=3, split_k=3, reduce="atomic")
+    for M, N in ((3, 40), (20, 90), (1, 16), (33, 50), (5, 64)):   # tiles 3, 12, 1, 12, 4
+        x, w, ws, xs, b = _qmm_inputs(M, 700, N, gen, bias=True)
+        out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
+        assert torch.equal(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)), (M, N)
+        buf, _ = T._COUNTERS[("cpu", None)]
+        assert int(buf.abs().sum()) == 0, (M, N)
+
+
+def _scales_with_all_ones_significands(gen, n):
+    """fp32 absmax values whose scale = absmax/127 has a significand of all (or nearly all) ones — the hard
+    divisors for a reciprocal-based quotient — spread over the exponent range, down to subnormal scales."""
+    e = torch.randint(-140, 120, (n,), generator=gen).double()
+    m = 2.0 - 2.0 ** -23 * torch.randint(1, 4, (n,), generator=gen).double()
+    return (m * torch.pow(2.0, e) * 127.0).float()
+
+
+def test_fast_quotient_adversarial_rows_and_smooth_scales(gen):
+    """The reciprocal + Markstein quotient (config fast) vs reference/quant.py, bit for bit: rows whose scale has
+    an all-ones significand (exponents 2^-140 .. 2^120, i.e. subnormal to near the fp32 max), ties of those
+    scales, ±FLT_MAX, the smallest subnormal, and smooth_scales holding zeros, negatives, a subnormal and inf."""
+    K = 64
+    amax = _scales_with_all_ones_significands(gen, 12)
+    rows = []
+    for a in amax.tolist():
+        s = torch.tensor(a, dtype=torch.float32) / torch.tensor(127.0)
+        k = torch.randint(-126, 126, (K,), generator=gen).double() + 0.5
+        r = (k * float(s)).float()                                    # near/at ties of this row's scale
+        r[0] = -a                                                     # the absmax element, negative (Q5)
+        rows.append(r)
+    big = torch.full((K,), 3.4028234663852886e38)
+    big[1::2] *= -1
+    rows.append(big)                                                  # scale = FLT_MAX / 127
+    rows.append(torch.full((K,), 1.401298464324817e-45))              # scale 0 (absmax / 127 underflows)
+    x = torch.stack(rows)
+    smooth = 0.5 + torch.rand(K, generator=gen)
+    smooth[3], smooth[5], smooth[7], smooth[9] = 0.0, -1.25, 1e-40, -0.0
+    smooth_inf = smooth.clone()
+    smooth_inf[11] = float("inf")                                     # inf·0 → NaN rows, inf rows elsewhere
+    for s in (None, smooth, smooth_inf):
+        rq, rs = R.dynamic_quant(x, smooth_scales=s)
+        for cfg in (dict(max_block_k=8192, block_m=4, num_warps=4, fast=True),
+                    dict(max_block_k=16, block_m=2, num_warps=4, fast=True)):
+            q, sc = T.dynamic_quant_config(x, smooth_scales=s, config=cfg)
+            assert torch.equal(q, rq), (s is None, cfg, (q != rq).nonzero()[:5].tolist())
+            assert torch.equal(sc.nan_to_num(nan=-1.0), rs.nan_to_num(nan=-1.0))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_split_k_counters_under_cuda_graph_capture_and_a_second_stream():
+    """(GPU) The first-ever atomic split-K call inside a graph capture; eager calls on the default stream and
+    a side stream interleaved with replays: every result bit-identical to the two-kernel split-K path (int32
+    sums are exact), counters back at zero."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(5)
+    M, K, N = 4, 7168, 2112
+    x, w, ws, xs, b = (t.to(dev) if t is not None else None for t in _qmm_inputs(M, K, N, g, bias=True))
+    plan = T.plan_quant_matmul(M, N, K, dev)
+    if not (plan["SPLIT_K"] > 1 and plan.get("reduce") == "atomic"):
+        pytest.skip("the CUDA table does not pick the atomic split-K path for this shape")
+    T._COUNTERS.pop(("cuda", dev.index), None)
+    T._COUNTERS.pop(("cuda", torch.cuda.current_device()), None)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        T.quant_matmul(x, w, ws, xs, bias=b)                          # warm-up (compiles; creates the buffer)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    T._COUNTERS.clear()                                               # the capture is the first call again
+    with torch.cuda.graph(graph):
+        out_g = T.quant_matmul(x, w, ws, xs, bias=b)
+    want = T.quant_matmul_config(x, w, ws, xs, bias=b, config=dict(plan, reduce="kernel"))   # two-kernel path
+    assert_close(want.float().cpu(), R.quant_matmul(x.cpu(), w.cpu(), ws.cpu(), xs.cpu(), bias=b.cpu()).float(), "bf16")
+    for _ in range(3):
+        graph.replay()
+        eager = T.quant_matmul(x, w, ws, xs, bias=b)
+        with torch.cuda.stream(side):
+            eager2 = T.quant_matmul(x, w, ws, xs, bias=b)
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, want) and torch.equal(eager, want) and torch.equal(eager2, want)
+    for buf, _ in T._COUNTERS.values():
+        assert int(buf.abs().sum()) == 0

@@ -658,9 +658,10 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     dkey = (device.type, device.index)
     entry = _COUNTERS.get(dkey)
     if entry is None:
-        buf = torch.zeros(_CNT_REGION * _CNT_REGIONS, dtype=torch.int32, device=device)
         if is_cuda and torch.cuda.is_current_stream_capturing():
-            return buf[:n]
+            # no eager buffer yet: this call's own n counters (the 1 MiB buffer would be memset in every replay)
+            return torch.zeros(n, dtype=torch.int32, device=device)
+        buf = torch.zeros(_CNT_REGION * _CNT_REGIONS, dtype=torch.int32, device=device)
         entry = _COUNTERS[dkey] = (buf, {})
     buf, slots = entry
     skey = torch.cuda.current_stream(device).cuda_stream if is_cuda else 0
