@@ -647,20 +647,18 @@ _CNT_REGIONS = 256   # stream regions per device buffer (1 MiB; torch pools 32 s
 def _counters(device: torch.device, n: int) -> torch.Tensor:
     """Zeroed int32 tile counters (at least ``n``) for the in-kernel split-K reduction (``reduce: "atomic"``).
 
-    The kernel leaves every counter it used at 0 again, so one zeroed buffer per device, created by the first
-    eager call, is reused without a memset: each stream gets its own region of it (kernels on one stream never
-    overlap; CUDA-graph replays are assumed sequential, as with a shared graph memory pool). Fallback, when
-    there is no buffer yet and a graph is being captured, or more than ``_CNT_REGIONS`` streams, or more than
-    ``_CNT_REGION`` tiles: a fresh ``torch.zeros`` for this call only (its memset is captured with the graph)."""
-    if n > _CNT_REGION:
-        return torch.zeros(n, dtype=torch.int32, device=device)
+    Eager calls: the kernel leaves every counter it used at 0 again, so one zeroed buffer per device, created by
+    the first eager call, is reused without a memset; each stream gets its own region of it (kernels on one
+    stream never overlap). Under CUDA-graph capture: this call's own ``n`` counters (a fresh ``torch.zeros`` from
+    the graph's pool, its memset captured with the graph), so graphs replayed concurrently on different streams
+    (two-batch overlap) never share counters. Also a fresh buffer for more than ``_CNT_REGIONS`` streams or more
+    than ``_CNT_REGION`` tiles."""
     is_cuda = device.type == "cuda"
+    if n > _CNT_REGION or (is_cuda and torch.cuda.is_current_stream_capturing()):
+        return torch.zeros(n, dtype=torch.int32, device=device)
     dkey = (device.type, device.index)
     entry = _COUNTERS.get(dkey)
     if entry is None:
-        if is_cuda and torch.cuda.is_current_stream_capturing():
-            # no eager buffer yet: this call's own n counters (the 1 MiB buffer would be memset in every replay)
-            return torch.zeros(n, dtype=torch.int32, device=device)
         buf = torch.zeros(_CNT_REGION * _CNT_REGIONS, dtype=torch.int32, device=device)
         entry = _COUNTERS[dkey] = (buf, {})
     buf, slots = entry
