@@ -297,4 +297,9 @@ STACKED_VS_HF = {"bf16": dict(out_cos=1e-4, upd_cos=2e-4, out_rel=2.5e-2, upd_re
 # A real routing bug (negative control: bias +0.3) flips tokens at margins ≥ 5e-2.
 TIE = {"emulation": (1e-3, 2), "bf16": (2e-3, 4), "a8w8": (1.5e-2, 6), "stacked-bf16": (1.2e-2, 4),
        "stacked-a8w8": (4e-2, 6)}
+if BACKEND != "reference":
+    # Triton kernels sum in another order than the reference (as BF16_VS_EMULATION's kernel bound above): on the
+    # H200 (tests/gpu/check_layer.py, 2026-11-30) one token of 24 flipped at margins 2.1e-3 (vs HF fp32) and
+    # 2.7e-3 (vs the emulated bf16 chain); 1e-2 keeps a 5x gap to the routing-bug control's ≥ 5e-2
+    TIE.update({"emulation": (1e-2, 2), "bf16": (1e-2, 4)})
 

@@ -51,6 +51,9 @@ round6)  # audit tests on CUDA (split-K counters under capture / two streams, fa
   step pytest_audit 150 python3 -m pytest tests/test_quant_triton.py -q -k "under_cuda_graph_capture or concurrently_on_two_streams"
   step perf_part7 120 python3 -m perf --device cuda --ops quant_matmul --shapes 'qkv_a_M1,qkv_a_M16,qkv_a_M64,q_b_M1,q_b_M16' --no-layer --no-dispatch --out "$OUT/perf_part7"
   ;;
+round7)  # the layer with the Triton kernels, after the kernel-path near-tie thresholds
+  step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
