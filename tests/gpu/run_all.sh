@@ -54,6 +54,9 @@ round6)  # audit tests on CUDA (split-K counters under capture / two streams, fa
 round7)  # the layer with the Triton kernels, after the kernel-path near-tie thresholds
   step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   ;;
+round8)  # mla_prolog rows after make_inputs packs int8 weights K-major on CUDA
+  step perf_part8 150 python3 -m perf --device cuda --ops mla_prolog --shapes '*_a8w8' --backends triton --no-layer --no-dispatch --out "$OUT/perf_part8"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
