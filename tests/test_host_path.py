@@ -268,7 +268,7 @@ def test_quant_plans_device_keyed_and_fresh(monkeypatch):
     assert a["SPLIT_K"] != b["SPLIT_K"]
     a["SPLIT_K"] = -3
     assert Q.plan_quant_matmul(1, 2112, 7168, torch.device("cuda", 0), backend_key="cuda")["SPLIT_K"] > 0
-    assert Q._row_launch("dynamic_quant", 7, 7168, torch.device("cpu")) == Q._cached_row_launch.__wrapped__(
+    assert Q._row_launch_for("dynamic_quant", 7, 7168, torch.device("cpu"), None, None) == Q._cached_row_launch.__wrapped__(
         "dynamic_quant", 7, 7168, "ascend")
 
 

@@ -49,7 +49,6 @@ import triton.language as tl
 from ._common import cdiv as _cdiv, next_power_of_2 as _np2, load_configs, sm_count as _sm_count
 
 _CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "quant.json")
-_MAGIC = 12582912.0  # 1.5 * 2**23: adding and subtracting it rounds an fp32 |v| < 2**22 half-to-even
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -89,7 +88,7 @@ def _grid(n_items: int, cap: int) -> int:
 # ==============================================================================================
 @triton.jit
 def _rint(v):
-    """Round fp32 half to even for |v| < 2**22 (portable: no libdevice)."""
+    """Round fp32 half to even for |v| < 2**22 (portable: no libdevice): adding and subtracting 1.5·2²³ does it."""
     return (v + 12582912.0) - 12582912.0
 
 
@@ -204,6 +203,27 @@ def _load_cols(ptr, rows, cols, cmask, m2, FAST: tl.constexpr):
 
 
 @triton.jit
+def _absmax_acc(amax, nan_count, y, FAST: tl.constexpr):
+    """Fold one K chunk's (absmax, NaN count) of y into the running per-row ones (see :func:`_absmax`)."""
+    a_k, n_k = _absmax(y, FAST)
+    if FAST:
+        amax = _max_nan(amax, a_k)
+    else:
+        amax = tl.maximum(amax, a_k)
+        nan_count += n_k
+    return amax, nan_count
+
+
+@triton.jit
+def _dq_tile(x_row, smooth_ptr, rows, cols, cmask, m2, HAS_SMOOTH: tl.constexpr, FAST: tl.constexpr):
+    """fp32 y = x (· smooth) of one [BLOCK_M, BLOCK_K] tile (0 outside m2): what dynamic_quant quantises."""
+    y = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+    if HAS_SMOOTH:
+        y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+    return y
+
+
+@triton.jit
 def _row_scale(amax, nan_count):
     """fp32 per-token scale = absmax / 127 (IEEE division); NaN when the row holds a NaN."""
     s = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
@@ -231,9 +251,7 @@ def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
             cols = tl.arange(0, BLOCK_K)
             cmask = cols < K
             m2 = rmask[:, None] & cmask[None, :]
-            y = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
-            if HAS_SMOOTH:
-                y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+            y = _dq_tile(x_row, smooth_ptr, rows, cols, cmask, m2, HAS_SMOOTH, FAST)
             amax, nan_count = _absmax(y, FAST)
             scale = _row_scale(amax, nan_count)
             _quant_store(q_ptr, rows64, stride_qm, cols, m2, y, scale, FAST, FLAT_I8, BLOCK_M, BLOCK_K)
@@ -244,23 +262,14 @@ def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
                 cols = k0 + tl.arange(0, BLOCK_K)
                 cmask = cols < K
                 m2 = rmask[:, None] & cmask[None, :]
-                y = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
-                if HAS_SMOOTH:
-                    y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
-                a_k, n_k = _absmax(y, FAST)
-                if FAST:
-                    amax = _max_nan(amax, a_k)
-                else:
-                    amax = tl.maximum(amax, a_k)
-                    nan_count += n_k
+                y = _dq_tile(x_row, smooth_ptr, rows, cols, cmask, m2, HAS_SMOOTH, FAST)
+                amax, nan_count = _absmax_acc(amax, nan_count, y, FAST)
             scale = _row_scale(amax, nan_count)
             for k0 in range(0, K, BLOCK_K):
                 cols = k0 + tl.arange(0, BLOCK_K)
                 cmask = cols < K
                 m2 = rmask[:, None] & cmask[None, :]
-                y = tl.load(x_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
-                if HAS_SMOOTH:
-                    y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+                y = _dq_tile(x_row, smooth_ptr, rows, cols, cmask, m2, HAS_SMOOTH, FAST)
                 _quant_store(q_ptr, rows64, stride_qm, cols, m2, y, scale, FAST, FLAT_I8, BLOCK_M, BLOCK_K)
         tl.store(scale_ptr + rows64, scale, mask=rmask)
 
@@ -272,6 +281,16 @@ def _rms_quant_row_tile(x_row, r_row, cols, m2, HAS_RES: tl.constexpr):
     if HAS_RES:
         h = h + tl.load(r_row + cols[None, :], mask=m2, other=0.0).to(tl.float32)
     return h
+
+
+@triton.jit
+def _rms_y(h, rms, gamma_ptr, smooth_ptr, rows, cols, cmask, m2, HAS_SMOOTH: tl.constexpr, FAST: tl.constexpr):
+    """fp32 y = s / rms · gamma (· smooth) of one tile (IEEE division, as reference/quant.py)."""
+    g = _load_cols(gamma_ptr, rows, cols, cmask, m2, FAST)
+    y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g
+    if HAS_SMOOTH:
+        y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+    return y
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
@@ -300,10 +319,7 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
             tl.store(o_row + cols[None, :], h.to(res_out_ptr.dtype.element_ty), mask=m2)
             ms = tl.math.div_rn(tl.sum(h * h, axis=1), tl.full([BLOCK_M], K, tl.float32))
             rms = tl.math.sqrt_rn(ms + eps)
-            g = _load_cols(gamma_ptr, rows, cols, cmask, m2, FAST)
-            y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g
-            if HAS_SMOOTH:
-                y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+            y = _rms_y(h, rms, gamma_ptr, smooth_ptr, rows, cols, cmask, m2, HAS_SMOOTH, FAST)
             y = tl.where(m2, y, 0.0)
             amax, nan_count = _absmax(y, FAST)
             scale = _row_scale(amax, nan_count)
@@ -324,43 +340,23 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
                 cmask = cols < K
                 m2 = rmask[:, None] & cmask[None, :]
                 h = _rms_quant_row_tile(x_row, r_row, cols, m2, HAS_RES)
-                g = _load_cols(gamma_ptr, rows, cols, cmask, m2, FAST)
-                y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g
-                if HAS_SMOOTH:
-                    y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+                y = _rms_y(h, rms, gamma_ptr, smooth_ptr, rows, cols, cmask, m2, HAS_SMOOTH, FAST)
                 y = tl.where(m2, y, 0.0)
-                a_k, n_k = _absmax(y, FAST)
-                if FAST:
-                    amax = _max_nan(amax, a_k)
-                else:
-                    amax = tl.maximum(amax, a_k)
-                    nan_count += n_k
+                amax, nan_count = _absmax_acc(amax, nan_count, y, FAST)
             scale = _row_scale(amax, nan_count)
             for k0 in range(0, K, BLOCK_K):
                 cols = k0 + tl.arange(0, BLOCK_K)
                 cmask = cols < K
                 m2 = rmask[:, None] & cmask[None, :]
                 h = _rms_quant_row_tile(x_row, r_row, cols, m2, HAS_RES)
-                g = _load_cols(gamma_ptr, rows, cols, cmask, m2, FAST)
-                y = tl.math.div_rn(h, tl.broadcast_to(rms[:, None], h.shape)) * g
-                if HAS_SMOOTH:
-                    y = y * _load_cols(smooth_ptr, rows, cols, cmask, m2, FAST)
+                y = _rms_y(h, rms, gamma_ptr, smooth_ptr, rows, cols, cmask, m2, HAS_SMOOTH, FAST)
                 _quant_store(q_ptr, rows64, stride_qm, cols, m2, y, scale, FAST, FLAT_I8, BLOCK_M, BLOCK_K)
         tl.store(scale_ptr + rows64, scale, mask=rmask)
 
 
-def _row_launch(op: str, M: int, K: int, device: torch.device) -> tuple:
-    """(BLOCK_M, BLOCK_K, SINGLE, grid, num_warps, FLAT_I8, FAST, num_stages) for a row-wise quant kernel
-    (memoised per op, M, K and config table)."""
-    return _cached_row_launch(op, M, K, _backend_key(device))
-
-
 def _row_bucket(cfg: dict, M: int) -> dict:
-    """A row op's config: the first of ``cfg["buckets"]`` with M ≤ max_m (else ``cfg`` itself, flat)."""
-    for b in cfg.get("buckets", ()):
-        if M <= int(b["max_m"]):
-            return b
-    return cfg["buckets"][-1] if "buckets" in cfg else cfg
+    """A row op's config: its M bucket (:func:`_bucket`), or ``cfg`` itself when it has no buckets (flat)."""
+    return _bucket(M, cfg) if "buckets" in cfg else cfg
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
@@ -369,7 +365,7 @@ def _cached_row_launch(op: str, M: int, K: int, key: str) -> tuple:
 
 
 def _make_row_launch(cfg: dict, M: int, K: int) -> tuple:
-    """Launch tuple of :func:`_row_launch` from one row config: ``max_block_k`` (the row stays in registers when
+    """Launch tuple (BLOCK_M, BLOCK_K, SINGLE, grid, num_warps, FLAT_I8, FAST, num_stages) from one row config: ``max_block_k`` (the row stays in registers when
     next_pow2(K) ≤ it, else BLOCK_K-wide sweeps), ``tile_elems`` (BLOCK_M = tile_elems // BLOCK_K rows per work
     item, at most 64) or ``block_m`` (explicit), ``num_warps``, ``grid_cap`` (0 = one program per work item,
     else a persistent loop), optional ``num_stages``, ``fast`` (CUDA quotient path) and ``flat_int8_store``."""
