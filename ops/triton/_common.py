@@ -17,6 +17,12 @@ def load_configs(op: str) -> dict:
         return json.load(f)
 
 
+def backend_key(device: torch.device) -> str:
+    """The config section of a launch: 'cuda' on NVIDIA; 'ascend' on NPUs and on the CPU interpreter (so CI runs
+    the Ascend tiles and persistent loops). ops/triton/amla.py has a third, 'interpreter', section of its own."""
+    return "cuda" if device.type == "cuda" else "ascend"
+
+
 def cdiv(x: int, y: int) -> int:
     """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
     ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""

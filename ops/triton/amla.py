@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import functools
 import math
-import pathlib
 
 import torch
 import triton
@@ -67,11 +66,8 @@ from ._common import load_configs as _load_configs, next_power_of_2 as _np2
 
 __all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan"]
 
-_CONFIG_PATH = pathlib.Path(__file__).with_name("configs") / "amla.json"
 _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
-
-
 
 
 def _empty(shape, dtype, device):

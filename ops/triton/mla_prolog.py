@@ -51,30 +51,20 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
-from ._common import cdiv as _cdiv, next_power_of_2 as _np2, load_configs, sm_count as _sm_count
+from ._common import (backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
+                      sm_count as _sm_count)
 
-_CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "mla_prolog.json")
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
-
-
 
 
 def _all_configs() -> dict:
     return load_configs("mla_prolog")
-
-
-def _backend_key(device: torch.device) -> str:
-    """'cuda' for NVIDIA; 'ascend' for NPUs and for the CPU interpreter (exercises the persistent loops)."""
-    return "cuda" if device.type == "cuda" else "ascend"
-
-
 
 
 def _cores(cfg: dict, device: torch.device) -> int:

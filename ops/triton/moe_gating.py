@@ -23,27 +23,19 @@ No host synchronisation; T = 0 returns empty outputs without a launch.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from ._common import cdiv as _cdiv, next_power_of_2 as _np2, load_configs
+from ._common import backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2
 
-_CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "moe_gating.json")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_EXPERTS = 1024
 
 
-
-
 def _all_configs() -> dict:
     return load_configs("moe_gating")
-
-
-def _backend_key(device: torch.device) -> str:
-    return "cuda" if device.type == "cuda" else "ascend"
 
 
 @triton.jit(do_not_specialize=["T", "rsf", "eps"])

@@ -40,34 +40,24 @@ contiguous and pass its ``.t()``. ``reference.quant.pack_weight`` produces that 
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from ._common import cdiv as _cdiv, next_power_of_2 as _np2, load_configs, sm_count as _sm_count
+from ._common import (backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
+                      sm_count as _sm_count)
 
-_CONFIG_PATH = os.path.join(os.path.dirname(__file__), "configs", "quant.json")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
 
 
 def _all_configs() -> dict:
     return load_configs("quant")
 
 
-def _backend_key(device: torch.device) -> str:
-    """'cuda' for NVIDIA, 'ascend' for NPUs and for the CPU interpreter (so CI runs the persistent-loop path)."""
-    return "cuda" if device.type == "cuda" else "ascend"
-
-
 def _config(op: str, device: torch.device) -> dict:
     return _all_configs()[_backend_key(device)][op]
-
-
 
 
 def _split_target(cfg: dict, device: torch.device) -> int:
