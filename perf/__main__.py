@@ -463,32 +463,28 @@ class Runner:
         import ops
         dev, args = self.dev, self.args
         orig = case_state["pristine"]
-        fresh = lambda: {**inputs, **{k: v.clone() for k, v in orig.items()}}  # noqa: E731
+
+        def run_and_check(fn) -> tuple[str, str]:
+            """Call ``fn`` on fresh copies of the mutated inputs and judge it against the golden."""
+            got_in = {**inputs, **{k: v.clone() for k, v in orig.items()}}
+            out = fn(**got_in)
+            _sync(dev)
+            c, d = self._check(out, gold, entry, mutated, got_in, orig)
+            return self._second_opinion(case_state, entry, inputs, mutated, flops, nbytes, out, got_in, orig, c, d)
+
         # correctness: eager fast path, then the registered op
         try:
             with ops.backend(b):
                 if b == "reference" and gold.kind == "device" and gold.err is None:
                     chk, detail = "baseline", "the golden itself (reference on this device)"
                 else:
-                    got_in = fresh()
-                    out = entry.op(**got_in)
-                    _sync(dev)
-                    chk, detail = self._check(out, gold, entry, mutated, got_in, orig)
-                    chk, detail = self._second_opinion(case_state, entry, inputs, mutated, flops, nbytes, out,
-                                                       got_in, orig, chk, detail)
+                    chk, detail = run_and_check(entry.op)
                     if b == "reference" and chk == "PASS":
                         chk = "baseline"
-                    del out, got_in
                     if b != "reference":
-                        got_in2 = fresh()
-                        out2 = entry.registered(**got_in2)
-                        _sync(dev)
-                        chk2, detail2 = self._check(out2, gold, entry, mutated, got_in2, orig)
-                        chk2, detail2 = self._second_opinion(case_state, entry, inputs, mutated, flops, nbytes, out2,
-                                                             got_in2, orig, chk2, detail2)
+                        chk2, detail2 = run_and_check(entry.registered)
                         if chk2 != "PASS" and chk in ("PASS", "baseline"):
                             chk, detail = chk2, "torch.ops.ds path: " + detail2
-                        del out2, got_in2
         except Exception as e:  # noqa: BLE001
             row.update(check="ERROR", check_detail=f"{type(e).__name__}: {e}"[:400])
             return

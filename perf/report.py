@@ -218,14 +218,14 @@ def merge_reports(dirs: Sequence[str], out: str) -> int:
     merged = list(rows.values())
     # rows of runs before the host-bound spread floor existed (perf/timers.py HOST_BOUND_SPREAD_PCT): apply it, and
     # judge the kept re-run checks against the spread now written beside their rows
-    from .timers import HOST_BOUND_SPREAD_PCT, REPRO_FLOOR_PCT
+    from .timers import HOST_BOUND_SPREAD_PCT, rerun_tolerance_pct
     for r in merged:
         if "syncs the host" in str(r.get("note") or "") and r.get("spread_pct") is not None:
             r["spread_pct"] = max(float(r["spread_pct"]), HOST_BOUND_SPREAD_PCT)
     for x in meta["repro_check"]:
         row = rows.get((x.get("op"), x.get("backend"), x.get("shape")))
         if row is not None and row.get("spread_pct") is not None and x.get("delta_pct") is not None:
-            x["tol_pct"] = float(row["spread_pct"]) + REPRO_FLOOR_PCT
+            x["tol_pct"] = rerun_tolerance_pct(row["spread_pct"])
             x["within"] = abs(float(x["delta_pct"])) <= x["tol_pct"]
     write_all(merged, meta, layer, notes, out, print_table_too=False)
     return 1 if any(r.get("check") in ("FAIL", "ERROR") for r in merged) else 0

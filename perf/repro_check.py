@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Sequence
 
-from .timers import REPRO_FLOOR_PCT
+from .timers import REPRO_FLOOR_PCT, rerun_tolerance_pct
 
 
 def pick_rows(rows: list[dict], n: int, seed: int, want: Sequence[str] = ()) -> list[dict]:
@@ -80,8 +80,7 @@ def repro_check(path: str, *, n: int = 8, seed: int = 0, rows: Sequence[str] = (
     lines.append(hdr)
     for r in picked:
         rep = float(r["us_p50"])
-        spread = float(r.get("spread_pct") or 0.0)
-        tol = spread + REPRO_FLOOR_PCT
+        tol = rerun_tolerance_pct(r.get("spread_pct"))
         t0 = time.perf_counter()
         try:
             p50, detail = rerun(r, ceilings, extra_ops)

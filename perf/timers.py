@@ -39,6 +39,14 @@ HOST_BOUND_SPREAD_PCT = 60.0
 """Spread floor of a row whose call syncs the host (the amla and mla_prolog references: Python loops with device →
 host copies; not capturable, timed by events that include host time). Re-runs of such rows on the H200 moved by
 10–55 % (2026-11-30) while their in-run spread was 0.6–5 %, so their spread column says ±60 %."""
+
+
+def rerun_tolerance_pct(spread_pct: float | None) -> float:
+    """How far (± %) a re-run's p50 may land from a row's p50 and still reproduce it: the row's spread plus
+    :data:`REPRO_FLOOR_PCT` (perf/repro_check.py judges with it; so does ``--merge`` for the checks it keeps)."""
+    return float(spread_pct or 0.0) + REPRO_FLOOR_PCT
+
+
 GRAPH_MAX_CALLS = 256        # calls per graph: capture costs ~host time per call, 256 × 250 µs ≈ 64 ms
 GRAPH_TARGET_REPLAY_US = 2000.0
 MIN_REPLAYS, MAX_REPLAYS = 5, 100
@@ -262,8 +270,8 @@ def graph_time_us(fns: list[Callable[[], object]], calls: int | None = None, rep
     Returns Timing(p20, p50, p80) in µs per call over the replays (method ``"cudagraph"``; ``calls``/``samples``
     hold calls per replay and the number of replays). Raises :class:`CaptureError` (a RuntimeError) when capture
     fails (an op that syncs the host: ``cudaErrorStreamCaptureUnsupported`` and the like) — callers fall back to
-    :func:`events_time_us`; errors of the calls themselves (in warm-up) propagate as they are.
-    Mirrors perf/bench_quant_gating.py's ``graph_time_us`` (warm-up on a side stream, then capture)."""
+    :func:`events_time_us`; errors of the calls themselves (in warm-up) propagate as they are. The bench scripts
+    (perf/bench_*.py) time with it too."""
     fns = list(fns)
     if not fns:
         raise ValueError("graph_time_us: fns is empty")
@@ -334,7 +342,7 @@ def events_time_us(fns: list[Callable[[], object]], *, budget_s: float = 0.5, re
     one_s = time.perf_counter() - t0
     head = 0.0 if syncs else min(1.3 * host_us + 20.0, 20000.0)
     per_sample = one_s + head * 1e-6 + 1e-4
-    n = reps or int(max(MIN_REPLAYS, min(MAX_REPLAYS, budget_s / per_sample)))
+    n = reps or plan_replays(budget_s, per_sample * 1e6)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     for i in range(n):
