@@ -127,10 +127,9 @@ def graph_us(fn_list, replays: int = 10) -> float:
 
 
 def copy_bandwidth() -> float:
-    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=50, rep=300)
-    return 2 * src.numel() / (ms * 1e-3)
+    """Device copy bandwidth in bytes/s, read + written (perf/peaks.py ``copy_tbs``, the report's ceiling)."""
+    from perf.peaks import copy_tbs
+    return copy_tbs("cuda") * 1e12
 
 
 def kernel_call(inp: dict, overrides=None):

@@ -91,16 +91,9 @@ def copies_for(nbytes: int) -> int:
 
 
 def copy_bandwidth(dev) -> float:
-    """Bytes read + written per second by ``dst.copy_(src)`` on 1 GiB of fp32 (the 4.25 TB/s of the issue;
-    a uint8 copy measured only 2756 GB/s)."""
-    n = 1 << 28
-    src = torch.empty(n, dtype=torch.float32, device=dev).uniform_()
-    dst = torch.empty_like(src)
-    # events, not a graph: a captured D2D copy_ becomes a memcpy node that ran at ~2.76 TB/s on the H200 (copy
-    # engine), against 4.25 TB/s for the same copy launched as a kernel (perf/peaks.py measures it that way too)
-    import triton.testing as tt
-    t = tt.do_bench(lambda: dst.copy_(src), warmup=50, rep=200, return_mode="median") * 1e3
-    return 2 * n * 4 / (t * 1e-6) / 1e9
+    """Device copy bandwidth in GB/s, bytes read + written (perf/peaks.py ``copy_tbs``, the report's ceiling)."""
+    from perf.peaks import copy_tbs
+    return copy_tbs(dev) * 1e3
 
 
 # ----------------------------------------------------------------------------------------------

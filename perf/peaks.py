@@ -230,6 +230,16 @@ def _median_seconds(fn: Callable[[], object], device: torch.device, reps: int) -
     return t.p50_us * 1e-6
 
 
+def copy_tbs(device: str | torch.device, nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """Device copy bandwidth in TB/s: ``dst.copy_(src)`` of ``nbytes`` (bf16), bytes read + written over the median
+    event-timed call (a kernel copy: the same copy captured in a CUDA graph becomes a copy-engine memcpy node,
+    2.76 against 4.25 TB/s on the H200). The ``hbm_tbs`` ceiling and the bench scripts measure with it."""
+    dev = torch.device(device)
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=dev).uniform_(-1, 1)
+    dst = torch.empty_like(src)
+    return 2 * nbytes / _median_seconds(lambda: dst.copy_(src), dev, reps) / 1e12
+
+
 def measure_ceilings(device: str | torch.device, *, quick: bool = False) -> dict[str, Ceiling]:
     """Measure the achievable ceilings on ``device``: ``bf16`` (TFLOPS of an n³ bf16 matmul on random data),
     ``int8`` (TOPS of ``torch._int_mm``, B column-major), ``fp32`` (TFLOPS of an fp32 matmul, TF32 off) and
@@ -271,16 +281,12 @@ def measure_ceilings(device: str | torch.device, *, quick: bool = False) -> dict
         finally:
             torch.backends.cuda.matmul.allow_tf32 = tf32
 
-    def copy():
-        src = torch.empty(copy_bytes // 2, dtype=torch.bfloat16, device=dev).uniform_(-1, 1)
-        dst = torch.empty_like(src)
-        return 2 * copy_bytes / _median_seconds(lambda: dst.copy_(src), dev, reps) / 1e12
-
     attempt("bf16", f"bf16 {n_mm}x{n_mm}x{n_mm} matmul (torch @, random data), median", mm_bf16)
     attempt("int8", f"int8 {n_mm}x{n_mm}x{n_mm} torch._int_mm (B column-major, random data), median", mm_int8)
     n32 = 1024 if on_cpu else 4096
     attempt("fp32", f"fp32 {n32}x{n32}x{n32} matmul (torch @, TF32 off, random data), median", mm_fp32)
-    attempt("hbm_tbs", f"device copy of {copy_bytes >> 20} MiB (bytes read + written), median", copy)
+    attempt("hbm_tbs", f"device copy of {copy_bytes >> 20} MiB (bytes read + written), median",
+            lambda: copy_tbs(dev, copy_bytes, reps))
     return out
 
 
