@@ -573,18 +573,25 @@ def test_fast_quotient_adversarial_rows_and_smooth_scales(gen):
             assert torch.equal(sc.nan_to_num(nan=-1.0), rs.nan_to_num(nan=-1.0))
 
 
+def _cuda_atomic_split_k_case(M: int, seed: int):
+    """(dev, x, w, ws, xs, bias, plan) of a K7168 N2112 decode GEMM on CUDA; skips unless the CUDA table picks the
+    atomic split-K path for it."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(seed)
+    K, N = 7168, 2112
+    x, w, ws, xs, b = (t.to(dev) if t is not None else None for t in _qmm_inputs(M, K, N, g, bias=True))
+    plan = T.plan_quant_matmul(M, N, K, dev)
+    if not (plan["SPLIT_K"] > 1 and plan.get("reduce") == "atomic"):
+        pytest.skip("the CUDA table does not pick the atomic split-K path for this shape")
+    return dev, x, w, ws, xs, b, plan
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_split_k_counters_under_cuda_graph_capture_and_a_second_stream():
     """(GPU) The first-ever atomic split-K call inside a graph capture; eager calls on the default stream and
     a side stream interleaved with replays: every result bit-identical to the two-kernel split-K path (int32
     sums are exact), counters back at zero."""
-    dev = torch.device("cuda")
-    g = torch.Generator().manual_seed(5)
-    M, K, N = 4, 7168, 2112
-    x, w, ws, xs, b = (t.to(dev) if t is not None else None for t in _qmm_inputs(M, K, N, g, bias=True))
-    plan = T.plan_quant_matmul(M, N, K, dev)
-    if not (plan["SPLIT_K"] > 1 and plan.get("reduce") == "atomic"):
-        pytest.skip("the CUDA table does not pick the atomic split-K path for this shape")
+    dev, x, w, ws, xs, b, plan = _cuda_atomic_split_k_case(4, seed=5)
     T._COUNTERS.pop(("cuda", dev.index), None)
     T._COUNTERS.pop(("cuda", torch.cuda.current_device()), None)
     graph = torch.cuda.CUDAGraph()
@@ -610,18 +617,11 @@ def test_split_k_counters_under_cuda_graph_capture_and_a_second_stream():
         assert int(buf.abs().sum()) == 0
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_split_k_graphs_replayed_concurrently_on_two_streams():
     """(GPU) Two graphs holding atomic split-K calls, replayed at the same time on two streams (two-batch
     overlap): each captured call owns its counters, so both stay bit-identical to the two-kernel path."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    dev = torch.device("cuda")
-    g = torch.Generator().manual_seed(6)
-    M, K, N = 8, 7168, 2112
-    x, w, ws, xs, b = (t.to(dev) if t is not None else None for t in _qmm_inputs(M, K, N, g, bias=True))
-    plan = T.plan_quant_matmul(M, N, K, dev)
-    if not (plan["SPLIT_K"] > 1 and plan.get("reduce") == "atomic"):
-        pytest.skip("the CUDA table does not pick the atomic split-K path for this shape")
+    dev, x, w, ws, xs, b, plan = _cuda_atomic_split_k_case(8, seed=6)
     want = T.quant_matmul_config(x, w, ws, xs, bias=b, config=dict(plan, reduce="kernel"))
     T.quant_matmul(x, w, ws, xs, bias=b)
     torch.cuda.synchronize()
