@@ -147,6 +147,14 @@ def grid_shapes(quick):
 SPLITS_MEMORY = (2, 3, 4, 6, 8)
 SHAPE_COMPUTE = (64, 2, 128, 4096)
 SHAPE_MEMORY = (64, 1, 16, 4096)
+# tensor-parallel shards between the two floors (rows per request 32 / 64); swept when "cuda_sweep" has a list
+SHAPES_TP = {"tp32": (64, 1, 32, 4096), "tp64": (64, 1, 64, 4096)}
+TP_KINDS = []   # --tp: the TP kinds to sweep as well
+
+
+def sweep_shapes():
+    """[(kind, shape)] the sweep covers: the two floor shapes, then the TP shards asked for with --tp."""
+    return [("compute", SHAPE_COMPUTE), ("memory", SHAPE_MEMORY)] + [(k, SHAPES_TP[k]) for k in TP_KINDS]
 
 
 def sweep_candidates():
@@ -154,9 +162,9 @@ def sweep_candidates():
     overrides; splits: the forced KV split count, None = the launcher's choice)."""
     sw = tri.load_configs()["cuda_sweep"]
     out = []
-    for kind, shape in (("compute", SHAPE_COMPUTE), ("memory", SHAPE_MEMORY)):
+    for kind, shape in sweep_shapes():
         out.append((kind, shape, "default (amla.json \"cuda\")", None, None))
-        for c in sw[kind]:
+        for c in sw.get(kind, []):
             cfg = {k: v for k, v in c.items() if k not in ("name", "splits")}
             out.append((kind, shape, c["name"], cfg, c.get("splits")))
     return out
@@ -237,7 +245,7 @@ def run_sweep(dev, gen, quick, peak_tflops, peak_gbs, t_start):
     def row(shape, label, ns, us, info, cd=None, dl=None, cdd=None, ok=None):
         B, S_q, N, L = shape
         fl, by = model(B, S_q, N, L)
-        kind = "compute" if shape == SHAPE_COMPUTE else "memory"
+        kind = "compute" if shape == SHAPE_COMPUTE else "memory"   # the TP shards: quoted in GB/s
         roof = 100 * (fl / us / 1e6 / peak_tflops if kind == "compute" else by / us / 1e3 / peak_gbs)
         sh = (info or {}).get("shared")
         f = (lambda x, spec: "" if x is None else format(x, spec))
@@ -247,7 +255,7 @@ def run_sweep(dev, gen, quick, peak_tflops, peak_gbs, t_start):
             f"{'' if cdd is None else f'{cdd[0]:.1e} / {cdd[1]:.1e}'} | "
             f"{'' if ok is None else ('yes' if ok else 'NO')} |")
 
-    for kind, shape in (("compute", SHAPE_COMPUTE), ("memory", SHAPE_MEMORY)):
+    for kind, shape in sweep_shapes():
         B, S_q, N, L = shape
         sets = [paged_inputs(B, S_q, N, [L] * B, BS, DTYPE, dev, gen)[0] for _ in range(SWEEP_SETS)]
         ref_out, ref_lse = reference_fp64(sets[0], L)
@@ -274,7 +282,7 @@ def run_sweep(dev, gen, quick, peak_tflops, peak_gbs, t_start):
                     f"{str(e)[:160]} | | | | | | | | | | |")
         if best is not None:
             label, cfg, ns, _ = best
-            extra = [(f"{label}, splits {n}", n, "amla") for n in (SWEEP_SPLITS if kind == "memory" else ())
+            extra = [(f"{label}, splits {n}", n, "amla") for n in (SWEEP_SPLITS if kind != "compute" else ())
                      if n != ns]
             extra += [(f"{label}, multiply rescale", ns, "multiply")]
             for lab, n, v in extra:
@@ -307,7 +315,7 @@ def run_sweep(dev, gen, quick, peak_tflops, peak_gbs, t_start):
         torch.cuda.empty_cache()
     log("")
     for kind, (label, cfg, ns, us) in winners.items():
-        B, S_q, N, L = SHAPE_COMPUTE if kind == "compute" else SHAPE_MEMORY
+        B, S_q, N, L = dict(sweep_shapes())[kind]
         fl, by = model(B, S_q, N, L)
         rate = f"{fl / us / 1e6:.0f} TFLOPS" if kind == "compute" else f"{by / us / 1e3:.0f} GB/s"
         plan = tri.launch_plan(B, S_q, N, (L // BS + 2) * BS, dev, cfg, ns, page=BS)
@@ -362,6 +370,7 @@ def prewarm_all(jobs, workers):
 
 
 def main():
+    global SWEEP_BUDGET_S
     ap = argparse.ArgumentParser()
     ap.add_argument("out", help="markdown output path")
     ap.add_argument("--sweep", action="store_true", help="the launch-config sweep, then the grid")
@@ -369,15 +378,21 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer shapes, shorter timing")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--workers", type=int, default=14)
+    ap.add_argument("--budget", type=float, default=SWEEP_BUDGET_S,
+                    help="seconds after which the sweep's optional rows (split counts, multiply) are skipped")
+    ap.add_argument("--tp", default="", help="comma list of TP shards to sweep too: tp32 (B64 N32), tp64 (B64 N64)")
     ap.add_argument("--smoke", action="store_true",
                     help="dry run of --sweep-only on the CPU (TRITON_INTERPRET=1, fp16, tiny shapes; times mean nothing)")
     a = ap.parse_args()
+    TP_KINDS[:] = [k for k in a.tp.split(",") if k]
+    SWEEP_BUDGET_S = a.budget
     t0 = time.time()
     if a.smoke:
-        global SMOKE, DTYPE, SHAPE_COMPUTE, SHAPE_MEMORY, SWEEP_BUDGET_S
+        global SMOKE, DTYPE, SHAPE_COMPUTE, SHAPE_MEMORY
         if os.environ.get("TRITON_INTERPRET") != "1":
             sys.exit("--smoke needs TRITON_INTERPRET=1 in the environment")
         SMOKE, DTYPE, SHAPE_COMPUTE, SHAPE_MEMORY, SWEEP_BUDGET_S = True, torch.float16, (2, 2, 8, 80), (2, 1, 8, 80), 1e9
+        SHAPES_TP.update(tp32=(2, 1, 16, 80), tp64=(2, 2, 16, 80))
         a.sweep_only = True
         dev = torch.device("cpu")
         p = type("P", (), dict(name="CPU (interpreter)", multi_processor_count=0))

@@ -350,28 +350,31 @@ def _qc(bm, bn, bk, w, st, split="auto", reduce="atomic", target=0, gm=1):
     return c
 
 
-QMM_CANDS = {  # M bucket -> {name: bucket config}
-    16: {"old_16x64x256_s5_kernel": _qc(16, 64, 256, 4, 5, reduce="kernel"),
-         "16x64x256_s5": _qc(16, 64, 256, 4, 5), "16x64x256_s5_t264": _qc(16, 64, 256, 4, 5, target=264),
-         "16x32x256_s6_t264": _qc(16, 32, 256, 4, 6, target=264), "16x32x512_s4": _qc(16, 32, 512, 4, 4),
-         "16x64x512_s4": _qc(16, 64, 512, 4, 4), "16x128x256_s4_t264": _qc(16, 128, 256, 4, 4, target=264),
-         "16x16x512_s5": _qc(16, 16, 512, 4, 5), "16x16x512_s8": _qc(16, 16, 512, 4, 8), "16x64x128_s8_t264": _qc(16, 64, 128, 4, 8, target=264),
-         "16x32x256_s4_t528": _qc(16, 32, 256, 4, 4, target=528), "16x64x256_s5_t264_kernel": _qc(16, 64, 256, 4, 5, reduce="kernel", target=264)},
-    64: {"old_64x64x256_s4_kernel": _qc(64, 64, 256, 4, 4, reduce="kernel"),
-         "64x64x256_s4": _qc(64, 64, 256, 4, 4), "64x64x256_s4_t264": _qc(64, 64, 256, 4, 4, target=264),
-         "64x32x256_s4": _qc(64, 32, 256, 4, 4), "64x32x256_s4_t264": _qc(64, 32, 256, 4, 4, target=264),
-         "64x64x128_s4": _qc(64, 64, 128, 4, 4), "64x64x128_s4_t396": _qc(64, 64, 128, 4, 4, target=396),
-         "64x128x128_s4": _qc(64, 128, 128, 4, 4), "64x64x128_s6_t264": _qc(64, 64, 128, 4, 6, target=264),
-         "64x64x64_s8_t396": _qc(64, 64, 64, 4, 8, target=396)},
-    128: {"old_128x64x256_s4_kernel": _qc(128, 64, 256, 4, 4, reduce="kernel"),
-          "128x64x256_s4": _qc(128, 64, 256, 4, 4), "128x64x128_s4": _qc(128, 64, 128, 4, 4),
-          "128x64x128_s4_t264": _qc(128, 64, 128, 4, 4, target=264), "128x32x256_s4_t264": _qc(128, 32, 256, 4, 4, target=264),
-          "128x64x128_w8_s4": _qc(128, 64, 128, 8, 4), "128x128x128_w8_s4": _qc(128, 128, 128, 8, 4, gm=8),
-          "128x32x128_s5": _qc(128, 32, 128, 4, 5), "64x64x128_s4_bm64": _qc(64, 64, 128, 4, 4),
-          "128x64x64_s6": _qc(128, 64, 64, 4, 6), "128x64x64_s6_t396": _qc(128, 64, 64, 4, 6, target=396)},
+QMM_CANDS = {  # M bucket -> {name: bucket config}; round 3 (qkv_a decode K7168 N2112 and q_b at M128). Earlier
+    # rounds' candidates and times: docs/perf/quant_sweep2.md. "_kS": split_k forced to S.
+    16: {"16x64x256_s5": _qc(16, 64, 256, 4, 5),
+         "16x16x512_s5_k1": _qc(16, 16, 512, 4, 5, split=1), "16x16x512_s8_k1": _qc(16, 16, 512, 4, 8, split=1),
+         "16x16x1024_s4_k1": _qc(16, 16, 1024, 4, 4, split=1), "16x16x1024_s6_k1": _qc(16, 16, 1024, 4, 6, split=1),
+         "16x16x256_s10_k1": _qc(16, 16, 256, 4, 10, split=1), "16x16x512_s6_w2_k1": _qc(16, 16, 512, 2, 6, split=1),
+         "16x16x512_s4_k2": _qc(16, 16, 512, 4, 4, split=2), "16x32x512_s4_k2": _qc(16, 32, 512, 4, 4, split=2),
+         "16x32x1024_s4_k2": _qc(16, 32, 1024, 4, 4, split=2), "16x32x256_s6_k2": _qc(16, 32, 256, 4, 6, split=2),
+         "16x32x512_s5_k4": _qc(16, 32, 512, 4, 5, split=4)},
+    64: {"64x16x512_s4_k1": _qc(64, 16, 512, 4, 4, split=1), "64x16x256_s6_k1": _qc(64, 16, 256, 4, 6, split=1),
+         "64x32x512_s4_k2": _qc(64, 32, 512, 4, 4, split=2), "64x32x256_s5_k2": _qc(64, 32, 256, 4, 5, split=2),
+         "64x32x256_s4_k4": _qc(64, 32, 256, 4, 4, split=4), "64x32x128_s8_k2": _qc(64, 32, 128, 4, 8, split=2),
+         "64x64x256_s4_k4": _qc(64, 64, 256, 4, 4, split=4)},
+    128: {"128x16x512_s4_k1": _qc(128, 16, 512, 4, 4, split=1), "128x32x256_s4_k2": _qc(128, 32, 256, 4, 4, split=2),
+          "128x32x128_s6_k2": _qc(128, 32, 128, 4, 6, split=2), "128x32x256_s4_k4": _qc(128, 32, 256, 4, 4, split=4),
+          "128x64x128_w8_s4_k4": _qc(128, 64, 128, 8, 4, split=4), "64x32x256_s4_k2": _qc(64, 32, 256, 4, 4, split=2),
+          "128x64x128_s4": _qc(128, 64, 128, 4, 4), "128x128x128_w8_s4": _qc(128, 128, 128, 8, 4),
+          "128x128x64_w8_s6": _qc(128, 128, 64, 8, 6), "128x256x64_w8_s4": _qc(128, 256, 64, 8, 4),
+          "64x128x128_s4": _qc(64, 128, 128, 4, 4), "128x64x256_s3": _qc(128, 64, 256, 4, 3),
+          "128x128x128_w8_s3_k1": _qc(128, 128, 128, 8, 3, split=1), "64x64x128_w4_s5_k1": _qc(64, 64, 128, 4, 5, split=1)},
 }
 QMM_SHAPES2 = [(7168, 2112), (1536, 24576)]
 QMM_MS = {16: (1, 16), 64: (64,), 128: (128,)}
+# (M bucket, K, N) pairs the sweep skips: q_b (K1536 N24576) already meets its floor at M <= 64
+QMM_SKIP = {(16, 1536, 24576), (64, 1536, 24576)}
 ROW_SHAPES = [(4096, 7168, True), (4096, 7168, False), (4096, 1536, True), (128, 7168, True), (16, 7168, True),
               (1, 7168, True), (16, 1536, True), (128, 1536, True)]  # (T, H, smooth scales)
 PIPE_MKN = (4096, 7168, 2048)
@@ -534,6 +537,8 @@ def prepare_qmm(S: _Sweep):
     for bucket, Ms in QMM_MS.items():
         for name, c in QMM_CANDS[bucket].items():
             for K, N in QMM_SHAPES2:
+                if (bucket, K, N) in QMM_SKIP:
+                    continue
                 M = Ms[-1]
                 jobs.append((f"{bucket} {name} {K} {N}", lambda c=c, s=sets[(M, K, N)][0]: TQ.quant_matmul_config(*s, config=c)))
     return sets, jobs
@@ -547,6 +552,8 @@ def sweep_qmm(S: _Sweep, sets):
     for bucket, Ms in QMM_MS.items():
         for M in Ms:
             for K, N in QMM_SHAPES2:
+                if (bucket, K, N) in QMM_SKIP:
+                    continue
                 ss = sets[(M, K, N)]
                 ref = RQ.quant_matmul(*ss[0])
                 for name in ["default"] + list(QMM_CANDS[bucket]):
@@ -650,14 +657,14 @@ def _winners(S: _Sweep):
     return row_large
 
 
-def sweep2(dev, bw_gbs, budget_s):
+def sweep2(dev, bw_gbs, budget_s, parts=("qmm", "rows", "pipeline")):
     S = _Sweep(dev, bw_gbs, time.time() + budget_s)
     t0 = time.time()
     emit(f"\nDefaults under test (ops/triton/configs/quant.json cuda): dynamic_quant "
          f"{json.dumps(TQ._all_configs()['cuda']['dynamic_quant'])}; quant_matmul buckets "
          f"{json.dumps(TQ._all_configs()['cuda']['quant_matmul']['buckets'][:4])}")
-    sets, qjobs = prepare_qmm(S)
-    data, rjobs = prepare_rows(S)
+    sets, qjobs = prepare_qmm(S) if "qmm" in parts else ({}, [])
+    data, rjobs = prepare_rows(S) if "rows" in parts else (None, [])
     t1 = time.time()
     errs, tc = _precompile(qjobs + rjobs)     # every candidate kernel compiled up front, in threads
     emit(f"\n<!-- inputs {t1 - t0:.1f} s; {len(qjobs) + len(rjobs)} candidate launches precompiled in "
@@ -665,6 +672,8 @@ def sweep2(dev, bw_gbs, budget_s):
     for k, v in list(errs.items())[:12]:
         emit(f"<!-- compile/launch error {k}: {v} -->")
     for fn, arg in ((sweep_qmm, sets), (sweep_rows, data)):
+        if (fn is sweep_qmm and "qmm" not in parts) or (fn is sweep_rows and "rows" not in parts):
+            continue
         try:
             fn(S, arg)
         except Exception:  # noqa: BLE001
@@ -673,6 +682,8 @@ def sweep2(dev, bw_gbs, budget_s):
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     row_cfg = _winners(S)
+    if "pipeline" not in parts:
+        return
     try:
         sweep_pipeline(S, row_cfg)
     except Exception:  # noqa: BLE001
@@ -691,6 +702,7 @@ def main() -> int:
                     help="only the issue-4 candidate sweep (row kernels, decode quant_matmul, the 4096x7168x2048 "
                          "pipeline): correctness-checked, prints WINNER lines; ~100 s on an H200")
     ap.add_argument("--sweep2-budget", type=float, default=75.0, help="seconds of sweep2 (compile + timing) at most")
+    ap.add_argument("--sweep2-parts", default="qmm,rows,pipeline", help="with --sweep2: which of qmm,rows,pipeline")
     ap.add_argument("--smoke", action="store_true", help="with --sweep2: CPU interpreter, tiny shapes (code check only)")
     args = ap.parse_args()
     if args.smoke:
@@ -713,7 +725,7 @@ def main() -> int:
     if args.smoke:
         bw = 1.0
         emit("smoke run (CPU interpreter)")
-        sweep2(dev, bw, args.sweep2_budget)
+        sweep2(dev, bw, args.sweep2_budget, args.sweep2_parts.split(","))
         _OUT_FILE[0].close()
         return 0
     emit(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
@@ -730,7 +742,7 @@ def main() -> int:
     t0 = time.time()
     if args.sweep2:
         try:
-            sweep2(dev, bw, args.sweep2_budget)
+            sweep2(dev, bw, args.sweep2_budget, args.sweep2_parts.split(","))
         except Exception:  # noqa: BLE001
             emit(f"\n<!-- sweep2 failed:\n{traceback.format_exc()[-1500:]}\n-->")
         emit(f"\n<!-- sweep2 done at {time.time() - t0:.0f} s -->")

@@ -57,6 +57,11 @@ round7)  # the layer with the Triton kernels, after the kernel-path near-tie thr
 round8)  # mla_prolog rows after make_inputs packs int8 weights K-major on CUDA
   step perf_part8 150 python3 -m perf --device cuda --ops mla_prolog --shapes '*_a8w8' --backends triton --no-layer --no-dispatch --out "$OUT/perf_part8"
   ;;
+round9)  # session 3: decode quant_matmul candidates (qkv_a, q_b M128), AMLA compute + TP-shard candidates, ncu of the compute tile
+  step quant_sweep3 150 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-budget 140 --out "$OUT/quant_sweep3.md"
+  step amla_sweep 230 python3 perf/bench_amla.py "$OUT/amla_sweep3.md" --sweep-only --tp tp32,tp64 --budget 190
+  step ncu_amla 120 ncu --clock-control none -k regex:_amla_fwd --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy python3 tests/gpu/ncu_amla.py
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
