@@ -147,8 +147,9 @@ def grid_shapes(quick):
 SPLITS_MEMORY = (2, 3, 4, 6, 8)
 SHAPE_COMPUTE = (64, 2, 128, 4096)
 SHAPE_MEMORY = (64, 1, 16, 4096)
-# tensor-parallel shards between the two floors (rows per request 32 / 64); swept when "cuda_sweep" has a list
-SHAPES_TP = {"tp32": (64, 1, 32, 4096), "tp64": (64, 1, 64, 4096)}
+# between the two floors: 32 query rows per request (TP8 with one MTP token: S_q 2 × 16 heads, the DeepSeek
+# decode step; N=32 S_q=1 takes the same tile) and 64 rows (TP2: 64 heads); swept when "cuda_sweep" lists them
+SHAPES_TP = {"tp32": (64, 2, 16, 4096), "tp64": (64, 1, 64, 4096)}
 TP_KINDS = []   # --tp: the TP kinds to sweep as well
 
 
@@ -320,7 +321,7 @@ def run_sweep(dev, gen, quick, peak_tflops, peak_gbs, t_start):
         rate = f"{fl / us / 1e6:.0f} TFLOPS" if kind == "compute" else f"{by / us / 1e3:.0f} GB/s"
         plan = tri.launch_plan(B, S_q, N, (L // BS + 2) * BS, dev, cfg, ns, page=BS)
         tile = {k: plan[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "q_in_loop", "flat",
-                                     "dv_split", "peel")}
+                                     "dv_split", "peel", "scale_once", "seq_s", "lean")}
         tile.update(rescale_skip=plan["skip"], splits=ns)
         log(f"# {kind} (B={B}, S_q={S_q}, N={N}, L={L}): {label} — {us:.1f} µs, {rate}")
         log(f"WINNER {kind}: {json.dumps(tile)}")
@@ -380,7 +381,7 @@ def main():
     ap.add_argument("--workers", type=int, default=14)
     ap.add_argument("--budget", type=float, default=SWEEP_BUDGET_S,
                     help="seconds after which the sweep's optional rows (split counts, multiply) are skipped")
-    ap.add_argument("--tp", default="", help="comma list of TP shards to sweep too: tp32 (B64 N32), tp64 (B64 N64)")
+    ap.add_argument("--tp", default="", help="comma list of shapes to sweep too: tp32 (B64 S_q2 N16, 32 rows), tp64 (B64 S_q1 N64, 64 rows)")
     ap.add_argument("--smoke", action="store_true",
                     help="dry run of --sweep-only on the CPU (TRITON_INTERPRET=1, fp16, tiny shapes; times mean nothing)")
     a = ap.parse_args()

@@ -60,7 +60,8 @@ round8)  # mla_prolog rows after make_inputs packs int8 weights K-major on CUDA
 round9)  # session 3: decode quant_matmul candidates (qkv_a, q_b M128), AMLA compute + TP-shard candidates, ncu of the compute tile
   step quant_sweep3 150 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-budget 140 --out "$OUT/quant_sweep3.md"
   step amla_sweep 230 python3 perf/bench_amla.py "$OUT/amla_sweep3.md" --sweep-only --tp tp32,tp64 --budget 190
-  step ncu_amla 120 ncu --clock-control none -k regex:_amla_fwd --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy python3 tests/gpu/ncu_amla.py
+  step ncu_amla 90 ncu --clock-control none -k regex:_amla_fwd --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy python3 tests/gpu/ncu_amla.py
+  step ncu_qmm 50 ncu --clock-control none -k regex:_qmm_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats python3 tests/gpu/ncu_qmm.py --mkn 1,7168,2112
   ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
