@@ -350,31 +350,24 @@ def _qc(bm, bn, bk, w, st, split="auto", reduce="atomic", target=0, gm=1):
     return c
 
 
-QMM_CANDS = {  # M bucket -> {name: bucket config}; round 3 (qkv_a decode K7168 N2112 and q_b at M128). Earlier
-    # rounds' candidates and times: docs/perf/quant_sweep2.md. "_kS": split_k forced to S.
-    16: {"16x64x256_s5": _qc(16, 64, 256, 4, 5),
-         "16x16x512_s5_k1": _qc(16, 16, 512, 4, 5, split=1), "16x16x512_s8_k1": _qc(16, 16, 512, 4, 8, split=1),
-         "16x16x1024_s4_k1": _qc(16, 16, 1024, 4, 4, split=1), "16x16x1024_s6_k1": _qc(16, 16, 1024, 4, 6, split=1),
-         "16x16x256_s10_k1": _qc(16, 16, 256, 4, 10, split=1), "16x16x512_s6_w2_k1": _qc(16, 16, 512, 2, 6, split=1),
-         "16x16x512_s4_k2": _qc(16, 16, 512, 4, 4, split=2), "16x32x512_s4_k2": _qc(16, 32, 512, 4, 4, split=2),
-         "16x32x1024_s4_k2": _qc(16, 32, 1024, 4, 4, split=2), "16x32x256_s6_k2": _qc(16, 32, 256, 4, 6, split=2),
-         "16x32x512_s5_k4": _qc(16, 32, 512, 4, 5, split=4)},
-    64: {"64x16x512_s4_k1": _qc(64, 16, 512, 4, 4, split=1), "64x16x256_s6_k1": _qc(64, 16, 256, 4, 6, split=1),
-         "64x32x512_s4_k2": _qc(64, 32, 512, 4, 4, split=2), "64x32x256_s5_k2": _qc(64, 32, 256, 4, 5, split=2),
-         "64x32x256_s4_k4": _qc(64, 32, 256, 4, 4, split=4), "64x32x128_s8_k2": _qc(64, 32, 128, 4, 8, split=2),
-         "64x64x256_s4_k4": _qc(64, 64, 256, 4, 4, split=4)},
-    128: {"128x16x512_s4_k1": _qc(128, 16, 512, 4, 4, split=1), "128x32x256_s4_k2": _qc(128, 32, 256, 4, 4, split=2),
-          "128x32x128_s6_k2": _qc(128, 32, 128, 4, 6, split=2), "128x32x256_s4_k4": _qc(128, 32, 256, 4, 4, split=4),
-          "128x64x128_w8_s4_k4": _qc(128, 64, 128, 8, 4, split=4), "64x32x256_s4_k2": _qc(64, 32, 256, 4, 4, split=2),
-          "128x64x128_s4": _qc(128, 64, 128, 4, 4), "128x128x128_w8_s4": _qc(128, 128, 128, 8, 4),
-          "128x128x64_w8_s6": _qc(128, 128, 64, 8, 6), "128x256x64_w8_s4": _qc(128, 256, 64, 8, 4),
-          "64x128x128_s4": _qc(64, 128, 128, 4, 4), "128x64x256_s3": _qc(128, 64, 256, 4, 3),
-          "128x128x128_w8_s3_k1": _qc(128, 128, 128, 8, 3, split=1), "64x64x128_w4_s5_k1": _qc(64, 64, 128, 4, 5, split=1)},
+def _mm(c):
+    return dict(c, mask_m=True)
+
+
+QMM_CANDS = {  # M bucket -> {name: bucket config}; round 4: x rows past M masked instead of wrapped ("_mm") at
+    # decode M (round 3 found BN16 tiles 50 % slower at M=1 than at M=16). Earlier rounds: docs/perf/quant_sweep2.md
+    # and quant_sweep3.md. "_kS": split_k forced to S.
+    16: {"16x64x256_s5_mm": _mm(_qc(16, 64, 256, 4, 5)),
+         "16x16x512_s5_k1": _qc(16, 16, 512, 4, 5, split=1), "16x16x512_s5_k1_mm": _mm(_qc(16, 16, 512, 4, 5, split=1)),
+         "16x16x512_s6_w2_k1_mm": _mm(_qc(16, 16, 512, 2, 6, split=1)),
+         "16x16x512_s8_k1_mm": _mm(_qc(16, 16, 512, 4, 8, split=1)),
+         "16x32x256_s6_k2_mm": _mm(_qc(16, 32, 256, 4, 6, split=2)),
+         "16x32x512_s4_k2_mm": _mm(_qc(16, 32, 512, 4, 4, split=2))},
 }
 QMM_SHAPES2 = [(7168, 2112), (1536, 24576)]
-QMM_MS = {16: (1, 16), 64: (64,), 128: (128,)}
+QMM_MS = {16: (1, 4, 16)}
 # (M bucket, K, N) pairs the sweep skips: q_b (K1536 N24576) already meets its floor at M <= 64
-QMM_SKIP = {(16, 1536, 24576), (64, 1536, 24576)}
+QMM_SKIP = {(16, 1536, 24576)}
 ROW_SHAPES = [(4096, 7168, True), (4096, 7168, False), (4096, 1536, True), (128, 7168, True), (16, 7168, True),
               (1, 7168, True), (16, 1536, True), (128, 1536, True)]  # (T, H, smooth scales)
 PIPE_MKN = (4096, 7168, 2048)
@@ -709,7 +702,7 @@ def main() -> int:
         global ROW_SHAPES, QMM_SHAPES2, QMM_MS, PIPE_MKN
         SMOKE[0] = True
         ROW_SHAPES = [(300, 96, True), (300, 96, False), (3, 96, True), (3, 40, True)]
-        QMM_SHAPES2, QMM_MS, PIPE_MKN = [(512, 64)], {16: (1, 16), 64: (20,), 128: (70,)}, (40, 256, 64)
+        QMM_SHAPES2, QMM_MS, PIPE_MKN = [(512, 64)], {16: (1, 16)}, (40, 256, 64)
         for b in QMM_CANDS.values():  # interpreter: keep it quick
             for k in list(b)[3:]:
                 del b[k]

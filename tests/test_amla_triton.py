@@ -471,8 +471,12 @@ def test_split_count_fits_one_wave():
         p = tri.launch_plan(B, 1, 16, 1 << 16, dev, {"key": "cuda", "cores": 132})
         assert p["total"] <= 132 * ppc or p["num_splits"] == 1
     # the column split counts as programs
-    p = tri.launch_plan(8, 2, 16, 4096, dev, {"key": "cuda", "cores": 132})   # rows 32: the dv_split 2 tile
+    p = tri.launch_plan(8, 2, 16, 4096, dev, {"key": "cuda", "cores": 132, "BLOCK_M": 32, "BLOCK_N": 32,
+                                              "dv_split": 2, "programs_per_core": 2})
     assert p["dv_split"] == 2 and p["total"] == 8 * 1 * 2 * p["num_splits"] and p["total"] <= 132 * 2
+    # rows 32 (TP8 + MTP): two BM16 row blocks per request fill the device without a KV split at B=64
+    p = tri.launch_plan(64, 2, 16, 4096, dev, {"key": "cuda", "cores": 132})
+    assert p["BLOCK_M"] == 16 and p["num_m"] == 2 and p["num_splits"] == 1
 
 
 def test_launch_plan_is_from_shapes_only():
@@ -626,14 +630,14 @@ def test_lean_state_changes_no_bit(gen, variant):
     assert torch.equal(o0, o1) and torch.equal(l0, l1)
 
 
-def test_scale_once_off_for_nonpositive_scale_and_seq_s_off_for_column_split(gen):
-    """scale_once needs softmax_scale > 0 (the row max is taken on unscaled logits): a negative scale runs the
-    default path, still matching the reference; seq_s is dropped with dv_split = 2 (both column halves must sum
-    the chunks in one order: the pairwise tree)."""
+def test_scale_once_any_sign_and_seq_s_off_for_column_split(gen):
+    """scale_once multiplies the summed chains by softmax_scale, so a negative scale is fine too (matches the
+    reference); seq_s is dropped with dv_split = 2 (both column halves must sum the chunks in one order: the
+    pairwise tree)."""
     args = make(2, 1, 4, [40, 9], gen, bs=16)
     cfg = dict(key="cuda", BLOCK_M=16, BLOCK_N=16, scale_once=True, seq_s=True)
     out, lse = tri.amla_variant(*args, -SCALE, True, config=cfg, num_splits=2)
-    assert not tri.LAST_LAUNCH["plan"]["scale_once"]
+    assert tri.LAST_LAUNCH["plan"]["scale_once"]
     r_out, r_lse = ref.amla(*args, -SCALE, True)
     assert_close(out, r_out, "fp16")
     assert_close(lse, r_lse, "lse", name="lse")

@@ -480,6 +480,24 @@ def test_split_k_atomic_reduction_equals_two_kernel_and_reference(M, K, N, split
     assert int(buf.abs().sum()) == 0, "split-K counters must be reset by the reducing program"
 
 
+@pytest.mark.parametrize("M,K,N,split,even", [(1, 2048, 96, 1, True), (3, 1536, 200, 3, True), (5, 1000, 40, 2, False),
+                                                (17, 1024, 40, 1, True)])
+def test_mask_m_rows_past_m_masked_not_wrapped(M, K, N, split, even, gen):
+    """mask_m (CUDA, with wrap): rows past M of the x tile are masked instead of wrapped (% M), so a decode
+    GEMM at M = 1 does not issue 16 loads of the same row from every program. Bit-identical to the wrapped
+    path and to the reference, split-K with the in-kernel reduction included, K a multiple of BLOCK_K or not."""
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
+    ref = R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
+    bk = 64
+    cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=3, split_k=split, reduce="atomic")
+    assert (K % bk == 0) == even
+    wrapped = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
+    masked = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=dict(cfg, mask_m=True),
+                                   backend_key="cuda")
+    assert torch.equal(wrapped, masked)
+    assert_close(masked, ref, "fp32")
+
+
 def test_split_target_per_bucket_and_counter_regions():
     b = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=5, split_k="auto")
     p1 = T.plan_quant_matmul(1, 2112, 7168, torch.device("cpu"), b, backend_key="cuda")

@@ -495,7 +495,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
                 stride_xm, stride_wk, stride_wn, stride_om,
                 W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                GROUP_M: tl.constexpr, REDUCE: tl.constexpr = False):
+                GROUP_M: tl.constexpr, REDUCE: tl.constexpr = False, MASK_M: tl.constexpr = False):
     """One work item = (split, BLOCK_M × BLOCK_N output tile). PARTIALS False (SPLIT_K == 1): fused fp32
     epilogue; True: int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel. SPLIT_K is a
     runtime value so the split choice does not multiply compilations.
@@ -503,7 +503,8 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
     x is read with a unit K stride. W_LAYOUT: 0 = K-major weight (stride_wk == 1, CUDA's packed layout),
     1 = row-major (stride_wn == 1, Ascend's ND layout), 2 = any strides. WRAP (CUDA): rows/columns past
     M/N wrap around (``% M``, never stored) instead of masking the loads; Ascend masks (its pointer
-    analysis needs affine offsets).
+    analysis needs affine offsets). MASK_M (with WRAP): rows past M are masked instead (no load issued): at
+    M = 1 a wrapped 16-row x tile is 16 requests for the same bytes from every program at once.
 
     REDUCE (CUDA, with PARTIALS): no epilogue kernel. After storing its partial, a work item bumps the tile's
     int32 counter ``cnt[tile]`` (acq_rel, after a CTA barrier); the item that sees SPLIT_K − 1 adds the other
@@ -528,7 +529,10 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
         mmask = om < M
         nmask = on < N
         if WRAP:
-            rm = om % M
+            if MASK_M:
+                rm = om
+            else:
+                rm = om % M
             rn = on % N
         else:
             rm = om
@@ -547,7 +551,10 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
         for k in range(0, k_len, BLOCK_K):
             if EVEN_K:
                 if WRAP:
-                    a = tl.load(a_ptrs)
+                    if MASK_M:
+                        a = tl.load(a_ptrs, mask=mmask[:, None], other=0)
+                    else:
+                        a = tl.load(a_ptrs)
                     b = tl.load(b_ptrs)
                 else:
                     a = tl.load(a_ptrs, mask=mmask[:, None], other=0)
@@ -555,7 +562,10 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
             else:
                 kmask = (k + rk) < k_len
                 if WRAP:
-                    a = tl.load(a_ptrs, mask=kmask[None, :], other=0)
+                    if MASK_M:
+                        a = tl.load(a_ptrs, mask=mmask[:, None] & kmask[None, :], other=0)
+                    else:
+                        a = tl.load(a_ptrs, mask=kmask[None, :], other=0)
                     b = tl.load(b_ptrs, mask=kmask[:, None], other=0)
                 else:
                     a = tl.load(a_ptrs, mask=mmask[:, None] & kmask[None, :], other=0)
@@ -799,7 +809,8 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
                          x_int8.stride(0), weight_int8.stride(0), weight_int8.stride(1), out.stride(0),
                          W_LAYOUT=w_layout, WRAP=bool(cfg.get("wrap", False)), PARTIALS=sk > 1, HAS_BIAS=has_bias,
                          EVEN_K=(K % bk == 0),
-                         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), REDUCE=reduce, **launch)
+                         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), REDUCE=reduce,
+                         MASK_M=bool(plan.get("mask_m", False)), **launch)
     if sk > 1 and not reduce:
         e = cfg["epilogue"]
         ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
@@ -864,12 +875,13 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                            "WRAP": "constexpr", "PARTIALS": "constexpr",
                            "HAS_BIAS": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr",
                            "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-                           "REDUCE": "constexpr"}
+                           "REDUCE": "constexpr", "MASK_M": "constexpr"}
                     # the layout pack_weight produces for this backend: ND row-major on Ascend, K-major on CUDA
                     ce = dict(W_LAYOUT=1 if table == "ascend" else 0, WRAP=bool(q.get("wrap", False)),
                               PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]),
-                              REDUCE=partials and b.get("reduce", "kernel") == "atomic")
+                              REDUCE=partials and b.get("reduce", "kernel") == "atomic",
+                              MASK_M=bool(b.get("mask_m", False)))
                     tag = "splitk" if partials else "fused"
                     cases.append(dict(name=f"quant_matmul_m{b['max_m']}_{tag}_{'even' if even else 'tail'}_{out[1:]}",
                                       fn=_qmm_kernel, signature=sig, constexprs=ce, num_warps=int(b["num_warps"]),

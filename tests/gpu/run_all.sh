@@ -63,6 +63,11 @@ round9)  # session 3: decode quant_matmul candidates (qkv_a, q_b M128), AMLA com
   step ncu_amla 90 ncu --clock-control none -k regex:_amla_fwd --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy python3 tests/gpu/ncu_amla.py
   step ncu_qmm 50 ncu --clock-control none -k regex:_qmm_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats python3 tests/gpu/ncu_qmm.py --mkn 1,7168,2112
   ;;
+round10)  # session 3: mask_m decode candidates (M 1/4/16), AMLA sweep with scale_once + the new rows<=32/64 tiles, full AMLA check
+  step quant_sweep4 90 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-budget 70 --out "$OUT/quant_sweep4.md"
+  step amla_sweep 150 python3 perf/bench_amla.py "$OUT/amla_sweep4.md" --sweep-only --tp tp32,tp64 --budget 120
+  step check_amla 250 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
