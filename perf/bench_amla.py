@@ -321,7 +321,7 @@ def run_sweep(dev, gen, quick, peak_tflops, peak_gbs, t_start):
         rate = f"{fl / us / 1e6:.0f} TFLOPS" if kind == "compute" else f"{by / us / 1e3:.0f} GB/s"
         plan = tri.launch_plan(B, S_q, N, (L // BS + 2) * BS, dev, cfg, ns, page=BS)
         tile = {k: plan[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "q_in_loop", "flat",
-                                     "dv_split", "peel", "scale_once", "seq_s", "lean")}
+                                     "dv_split", "peel")}
         tile.update(rescale_skip=plan["skip"], splits=ns)
         log(f"# {kind} (B={B}, S_q={S_q}, N={N}, L={L}): {label} — {us:.1f} µs, {rate}")
         log(f"WINNER {kind}: {json.dumps(tile)}")

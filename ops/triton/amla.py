@@ -45,17 +45,6 @@ Addressing and work split (constexprs, from the launch config):
   With ``FLAT`` the page id of the next tile is loaded one tile ahead, so the tile loads are not "indirect"
   for Triton's pipeliner and num_stages = s keeps s − 1 KV tiles in flight (loaded in the same iteration,
   every tile got one buffer whose copy was issued only after the previous tile's P·V).
-* Register-lean loop variants (opt-in, config keys "scale_once", "seq_s", "lean"; CUDA compute tile). On sm_90
-  the loop-invariant wgmma descriptors of the smem-resident Q (36 k-steps, 64-bit each) are hoisted out of the
-  loop and, with O (128 regs/thread at BM64 w8) and the S tiles, overflow 255 registers (spills, and ptxas
-  serialises the wgmmas). ``SCALE_ONCE``: the five chains are summed unscaled and multiplied by softmax_scale
-  once (one multiply per logit instead of five; logits differ from the default in the last bits; no wgmma
-  serialisation at BM64 BN64 w8). A first version folded the scale into the exp2 FMA (P = 2^(s·(scale·log2e) + n),
-  row max = max(s)·scale): 190 TFLOPS on the H200 but max |Δlse| 1.1e-5 against fp64, over the 1e-5 bound. ``SEQ_S``: the chains
-  summed (((a + b) + c) + d) + rope, one running sum live instead of the pairwise tree's two (dv_split 1 only).
-  ``LEAN`` (AMLA, round_c off): cof ≡ 1 and the last c recomputed at the end, so neither is loop-carried
-  (bit-identical). With ``Q_IN_LOOP`` (Q re-read every tile, its descriptors no longer loop-invariant),
-  BM64 BN32 w8 s2 + SCALE_ONCE compiles to 240 registers and no spills (docs/perf/amla.md).
 * ``FGUARD`` — the AMLA guard as fp32 compares on a select of O (Ascend: bishengir spreads an integer op on
   the bitcast of a loop-carried MMA accumulator over 32-byte blocks, 8× the unified buffer); bit-identical.
 
@@ -120,7 +109,7 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
               D_V: tl.constexpr, D_R: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
               RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
               Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr,
-              MASKED: tl.constexpr, SEQ_S: tl.constexpr, SCALE_ONCE: tl.constexpr, LEAN: tl.constexpr):
+              MASKED: tl.constexpr):
     """One key tile [k0, k0 + BLOCK_N) of the online softmax: loads c_kv / k_rope once, S = Q·Kᵀ, rescale, O += P·V.
     MASKED=False (a full tile: k0 + BLOCK_N ≤ every valid row's limit and ≤ end): no load mask, no logit select.
     MASKED=True: keys ≥ end read as 0 and every logit at or past its row's limit (causal) is −inf.
@@ -180,24 +169,9 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
     # (the MMA accumulator truncates; one 576-long chain biases the logits by ~1e-5 at DeepSeek scales).
     # Pairwise ((a + b) + (c + d)) + rope: fp32 addition commutes, so both column halves (DV_SPLIT = 2,
     # which see the chunks in swapped order) compute bit-identical logits
-    # SEQ_S: (((a + b) + c) + d) + rope instead (one running sum and one chain live: 2 S tiles of registers
-    # instead of 3; not for DV_SPLIT = 2). SCALE_ONCE: the chains are summed unscaled and scaled once below
-    if SCALE_ONCE:
-        sc = 1.0
-    else:
-        sc = scale
-    if SEQ_S:
-        s = tl.dot(qa, tl.trans(k_a)) * sc
-        s = s + tl.dot(qb, tl.trans(k_b)) * sc
-        s = s + tl.dot(qc, tl.trans(k_c)) * sc
-        s = s + tl.dot(qd, tl.trans(k_d)) * sc
-        s = s + tl.dot(qr, tl.trans(kr)) * sc
-    else:
-        s = (tl.dot(qa, tl.trans(k_a)) * sc + tl.dot(qb, tl.trans(k_b)) * sc) + \
-            (tl.dot(qc, tl.trans(k_c)) * sc + tl.dot(qd, tl.trans(k_d)) * sc)
-        s = s + tl.dot(qr, tl.trans(kr)) * sc
-    if SCALE_ONCE:
-        s = s * scale                                       # one multiply per logit (was five), before the mask
+    s = (tl.dot(qa, tl.trans(k_a)) * scale + tl.dot(qb, tl.trans(k_b)) * scale) + \
+        (tl.dot(qc, tl.trans(k_c)) * scale + tl.dot(qd, tl.trans(k_d)) * scale)
+    s = s + tl.dot(qr, tl.trans(kr)) * scale
     if MASKED:
         vis = (kpos[None, :] < lim[:, None]) & kmask[None, :]
         s = tl.where(vis, s, NEG_INF)                       # select, never multiply by a mask
@@ -220,15 +194,10 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
         dn = tl.maximum(dn, -30.0)                          # shift clamp
         dn_i = dn.to(tl.int32)
         pow2 = ((dn_i + 127) << 23).to(tl.float32, bitcast=True)   # exactly 2^dn
-        if LEAN and not ROUND_C:
-            # c_r = c32 ∈ [2^-½, 2^(LAZY+½)] (finite, nonzero): cof ≡ 1 exactly, the compensation is 0
-            n_add = dn_i * 8388608
-            fac = pow2
-        else:
-            ratio = cof_i / cof
-            comp = 1.5 * (ratio - 1.0)                      # compensation term
-            n_add = dn_i * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
-            fac = pow2 * ratio                              # the factor the add stands for
+        ratio = cof_i / cof
+        comp = 1.5 * (ratio - 1.0)                          # compensation term
+        n_add = dn_i * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
+        fac = pow2 * ratio                                  # the factor the add stands for
         if SKIP:
             if tl.max(tl.abs(n_add), axis=0) != 0:
                 acc0 = _pow2_rescale(acc0, n_add, dn, fac, FGUARD)
@@ -245,7 +214,7 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
         # l in the exact power-of-two reference, Σ e^s·2^n (rescaled by powers of two only; the
         # compensated cof enters once, at the end)
         if ROUND_C:
-            p = tl.exp2(s * LOG2E - mL[:, None])               # e^(s − m); masked keys → 0
+            p = tl.exp2(s * LOG2E - mL[:, None])            # e^(s − m); masked keys → 0
             l_i = l_i * pow2 + c32 * tl.sum(p, axis=1)
             p = p * c_r[:, None]                            # P' = e^s·2^n/cof: the remainder folded into P
         else:
@@ -253,9 +222,8 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
             p = tl.exp2(s * LOG2E + n_new[:, None])
             l_i = l_i * pow2 + tl.sum(p, axis=1)
         n_i = n_new
-        if not (LEAN and not ROUND_C):
-            cof_i = cof                                     # LEAN: cof ≡ 1, c_last recomputed at the end
-            c_last = c32
+        cof_i = cof
+        c_last = c32
     else:
         # FlashAttention: reference e^m_ref, moved to the running max once it is LAZY bits above (LAZY < 0:
         # every time the max grows), O and l multiplied by e^(m_ref_old − m_ref_new)
@@ -299,8 +267,7 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
                SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr,
-               FGUARD: tl.constexpr, PEEL: tl.constexpr, SEQ_S: tl.constexpr, SCALE_ONCE: tl.constexpr,
-               LEAN: tl.constexpr):
+               FGUARD: tl.constexpr, PEEL: tl.constexpr):
     NEG_INF: tl.constexpr = float("-inf")
     DC: tl.constexpr = D_V // 4            # the 512 latent columns in 4 chunks (see QKᵀ below)
     # work → (m block fastest, then column half, then split, then request): the programs that share a K tile
@@ -391,25 +358,18 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
             k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt,
             qa, qb, qc, qd, qr, qn, qrp, row_ok, col_a, col_c,
             kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
-            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, False,
-            SEQ_S, SCALE_ONCE, LEAN)
+            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, False)
     for k0 in range(full_end, end, BLOCK_N):
         acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt = _kv_block(
             k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt,
             qa, qb, qc, qd, qr, qn, qrp, row_ok, col_a, col_c,
             kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
-            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, True,
-            SEQ_S, SCALE_ONCE, LEAN)
+            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, True)
 
     has = l_i > 0.0
     lsafe = tl.where(has, l_i, 1.0)
     if RESCALE == 1:
-        if LEAN and not ROUND_C:
-            # the last block's c32 = 2^(m·log2e + n) from the final state (the same expression); cof ≡ 1
-            c_last = tl.exp2(tl.where(m_i == NEG_INF, 0.0, m_i) * 1.4426950408889634 + n_i)
-            inv = 1.0 / lsafe
-        else:
-            inv = cof_i / lsafe                                 # O carries 2^n/cof, l carries 2^n
+        inv = cof_i / lsafe                                     # O carries 2^n/cof, l carries 2^n
         lse = m_i + tl.log(lsafe / c_last)                      # l = c32·Σe^(s−m)
     else:
         inv = 1.0 / lsafe
@@ -464,8 +424,7 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                      RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
                      SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, PERSISTENT: tl.constexpr,
-                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr,
-                     SEQ_S: tl.constexpr, SCALE_ONCE: tl.constexpr, LEAN: tl.constexpr):
+                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr):
     """Partial / final MLA decode for work items (see module docstring); scale = softmax_scale (fp32)."""
     pid = tl.program_id(0)
     if PERSISTENT:
@@ -475,14 +434,14 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                        skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                        scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                        D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP,
-                       FLAT, DV_SPLIT, FGUARD, PEEL, SEQ_S, SCALE_ONCE, LEAN)
+                       FLAT, DV_SPLIT, FGUARD, PEEL)
     else:
         _amla_tile(pid, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
                    opart_ptr, lsepart_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                    skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                    scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                    D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP,
-                   FLAT, DV_SPLIT, FGUARD, PEEL, SEQ_S, SCALE_ONCE, LEAN)
+                   FLAT, DV_SPLIT, FGUARD, PEEL)
 
 
 @triton.jit
@@ -552,7 +511,7 @@ def _backend_key(device: torch.device) -> str:
 
 
 _TILE_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core", "q_in_loop", "flat", "dv_split",
-              "rescale_skip", "peel", "seq_s", "scale_once", "lean", "name")
+              "rescale_skip", "peel", "name")
 
 
 @functools.lru_cache(maxsize=None)
@@ -661,11 +620,7 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
                 round_c=bool(sect["amla_round_c"]), lazy=float(sect["lazy"]),
                 merge_grid=max(merge_grid, 1), merge_total=merge_total,
                 merge_warps=sect["merge"]["num_warps"], flat=flat, dv_split=dv_split,
-                float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))),
-                # register-lean loop variants (opt-in, see _kv_block): SEQ_S needs one column order (dv_split 1)
-                seq_s=bool(tile.get("seq_s", sect.get("seq_s", False))) and dv_split == 1,
-                scale_once=bool(tile.get("scale_once", sect.get("scale_once", False))),
-                lean=bool(tile.get("lean", sect.get("lean", False))))
+                float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))))
 
 
 def supports_reason(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True):
@@ -785,8 +740,7 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         RESCALE=1 if rescale == "amla" else 0, ROUND_C=bool(plan["round_c"] if round_c is None else round_c),
         LAZY=float(plan["lazy"] if lazy is None else lazy), SKIP=plan["skip"], SPLIT=split,
         Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"], DV_SPLIT=plan["dv_split"],
-        FGUARD=plan["float_guard"], PEEL=plan["peel"], SEQ_S=plan["seq_s"],
-        SCALE_ONCE=plan["scale_once"], LEAN=plan["lean"],
+        FGUARD=plan["float_guard"], PEEL=plan["peel"],
         num_warps=plan["num_warps"], num_stages=plan["num_stages"])
     if split and merge:
         LAST_LAUNCH["merge"] = _amla_merge_kernel[(plan["merge_grid"],)](
@@ -850,8 +804,7 @@ def ascend_compile_cases() -> list[dict]:
                                      BLOCK_N=plan["BLOCK_N"], CAUSAL=True, RESCALE=rescale,
                                      ROUND_C=plan["round_c"], LAZY=plan["lazy"], SKIP=plan["skip"], SPLIT=split,
                                      Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"],
-                                     DV_SPLIT=plan["dv_split"], FGUARD=plan["float_guard"], PEEL=plan["peel"],
-                                     SEQ_S=plan["seq_s"], SCALE_ONCE=plan["scale_once"], LEAN=plan["lean"])
+                                     DV_SPLIT=plan["dv_split"], FGUARD=plan["float_guard"], PEEL=plan["peel"])
                         name = (f"amla_fwd_{dt}_bm{plan['BLOCK_M']}_bn{plan['BLOCK_N']}_page{page}"
                                 f"_{'split' if split else 'nosplit'}_{'amla' if rescale else 'mul'}")
                         if name in seen:

@@ -681,10 +681,10 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
 
 
 def _bucket(M: int, cfg: dict, N: int = 0) -> dict:
-    """The first bucket with M ≤ max_m (and N ≥ min_n when the bucket names one: wide-N decode GEMMs such as
-    q_b's N = 24576 stream best with other tiles than N = 2112, measured on the H200)."""
+    """The first bucket with M ≤ max_m (and min_n ≤ N ≤ max_n when the bucket names them: wide-N decode GEMMs
+    such as q_b's N = 24576 stream best with other tiles than N = 2112, measured on the H200)."""
     for b in cfg["buckets"]:
-        if M <= int(b["max_m"]) and N >= int(b.get("min_n", 0)):
+        if M <= int(b["max_m"]) and int(b.get("min_n", 0)) <= N <= int(b.get("max_n", 1 << 62)):
             return b
     return cfg["buckets"][-1]
 

@@ -68,6 +68,12 @@ round10)  # session 3: mask_m decode candidates (M 1/4/16), AMLA sweep with scal
   step amla_sweep 150 python3 perf/bench_amla.py "$OUT/amla_sweep4.md" --sweep-only --tp tp32,tp64 --budget 120
   step check_amla 250 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
+round11)  # session 3: correctness + report rows for the new defaults (amla rows<=32/64 tiles, quant_matmul M<=16 N<=2560 bucket)
+  step check_amla 230 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step perf_part9 120 python3 -m perf --device cuda --ops amla --shapes '*_sq2_n16_*,*_sq1_n32_*,*_sq1_n64_*,*_sq2_n32_*' --backends triton --no-layer --no-dispatch --repro-check 2 --out "$OUT/perf_part9"
+  step perf_part10 60 python3 -m perf --device cuda --ops quant_matmul --shapes 'qkv_a_M1,qkv_a_M16,qkv_a_M64,moe_gate_M1,moe_gate_M16,moe_gate_M64' --backends triton --no-layer --no-dispatch --repro-check 2 --out "$OUT/perf_part10"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
