@@ -74,6 +74,10 @@ round11)  # session 3: correctness + report rows for the new defaults (amla rows
   step perf_part9 120 python3 -m perf --device cuda --ops amla --shapes '*_sq2_n16_*,*_sq1_n32_*,*_sq1_n64_*,*_sq2_n32_*' --backends triton --no-layer --no-dispatch --repro-check 2 --out "$OUT/perf_part9"
   step perf_part10 60 python3 -m perf --device cuda --ops quant_matmul --shapes 'qkv_a_M1,qkv_a_M16,qkv_a_M64,moe_gate_M1,moe_gate_M16,moe_gate_M64' --backends triton --no-layer --no-dispatch --repro-check 2 --out "$OUT/perf_part10"
   ;;
+round12)  # session 3: rows<=64 candidates (BM16 / BM32 tiles at 4 / 2 row blocks per request), ncu of the rows<=32 tile
+  step amla_sweep 150 python3 perf/bench_amla.py "$OUT/amla_sweep5.md" --sweep-only --tp tp64 --budget 120
+  step ncu_amla_tp32 60 ncu --clock-control none -k regex:_amla_fwd --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy python3 tests/gpu/ncu_amla.py --shape 64,2,16,4096
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
