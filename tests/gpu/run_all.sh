@@ -78,6 +78,10 @@ round12)  # session 3: rows<=64 candidates (BM16 / BM32 tiles at 4 / 2 row block
   step amla_sweep 150 python3 perf/bench_amla.py "$OUT/amla_sweep5.md" --sweep-only --tp tp64 --budget 120
   step ncu_amla_tp32 60 ncu --clock-control none -k regex:_amla_fwd --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy python3 tests/gpu/ncu_amla.py --shape 64,2,16,4096
   ;;
+round13)  # session 3: the rows<=64 BM16 tile: full AMLA check + its report rows
+  step check_amla 230 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  step perf_part11 60 python3 -m perf --device cuda --ops amla --shapes 'b64_sq1_n64_l4096,b64_sq2_n32_l4096' --backends triton --no-layer --no-dispatch --repro-check 2 --out "$OUT/perf_part11"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
