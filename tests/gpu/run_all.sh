@@ -82,6 +82,10 @@ round13)  # session 3: the rows<=64 BM16 tile: full AMLA check + its report rows
   step check_amla 230 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   step perf_part11 60 python3 -m perf --device cuda --ops amla --shapes 'b64_sq1_n64_l4096,b64_sq2_n32_l4096' --backends triton --no-layer --no-dispatch --repro-check 2 --out "$OUT/perf_part11"
   ;;
+round14)  # session 3: BM16/BM32 mma.sync tiles on the compute-bound shape; the M<=128 N<=2560 quant_matmul bucket's report rows
+  step amla_sweep 120 python3 perf/bench_amla.py "$OUT/amla_sweep6.md" --sweep-only --budget 90
+  step perf_part12 60 python3 -m perf --device cuda --ops quant_matmul --shapes 'qkv_a_M128,moe_gate_M128' --backends triton --no-layer --no-dispatch --repro-check 2 --out "$OUT/perf_part12"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
