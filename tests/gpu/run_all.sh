@@ -86,6 +86,9 @@ round14)  # session 3: BM16/BM32 mma.sync tiles on the compute-bound shape; the 
   step amla_sweep 120 python3 perf/bench_amla.py "$OUT/amla_sweep6.md" --sweep-only --budget 90
   step perf_part12 60 python3 -m perf --device cuda --ops quant_matmul --shapes 'qkv_a_M128,moe_gate_M128' --backends triton --no-layer --no-dispatch --repro-check 2 --out "$OUT/perf_part12"
   ;;
+round15)  # session 3: BM32 mma.sync tiles with Q re-read per key tile (195 TFLOPS in round 14) on all three row ranges
+  step amla_sweep 200 python3 perf/bench_amla.py "$OUT/amla_sweep7.md" --sweep-only --tp tp32,tp64 --budget 170
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
