@@ -89,6 +89,10 @@ round14)  # session 3: BM16/BM32 mma.sync tiles on the compute-bound shape; the 
 round15)  # session 3: BM32 mma.sync tiles with Q re-read per key tile (195 TFLOPS in round 14) on all three row ranges
   step amla_sweep 200 python3 perf/bench_amla.py "$OUT/amla_sweep7.md" --sweep-only --tp tp32,tp64 --budget 170
   ;;
+round16)  # session 3: rows > 32 on the BM32 q_in_loop tile: full AMLA check + its report rows
+  step check_amla 230 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  step perf_part13 150 python3 -m perf --device cuda --ops amla --shapes '*_n128_*,b64_sq1_n64_l4096,b64_sq2_n32_l4096,b64_sq2_n64_l4096' --backends triton --no-layer --no-dispatch --repro-check 3 --out "$OUT/perf_part13"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
