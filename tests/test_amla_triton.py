@@ -593,3 +593,122 @@ def test_A5_peeled_flat_loop_with_empty_splits_and_exact_tiles(gen, variant):
     assert torch.equal(o1, o0) and torch.equal(l1, l0)
     assert torch.equal(o1[0], torch.zeros_like(o1[0])) and torch.isneginf(l1[0]).all()
     assert torch.isneginf(l1[1, 0]).all() and torch.isfinite(l1[1:, 1]).all()
+
+
+
+# ----------------------------------------------------------------------------------------------
+# review 2026-11-30 (session 3): the "cuda" table's tiles for tensor-parallel shards with MTP (rows S_q·N of
+# 17..64 and just past: several row blocks per request, blocks straddling query tokens) against A1–A7 at odd
+# head counts. Table-driven: each case asserts the plan is the table's tile for its row count.
+# ----------------------------------------------------------------------------------------------
+_TP_ROWS = [(2, 24), (1, 64), (4, 5), (3, 9), (2, 32), (1, 17), (1, 65)]   # (S_q, N): rows 48 64 20 27 64 17 65
+
+
+def _cuda_tile(rows):
+    return next(t for t in _CUDA_TILES if t["max_rows"] is None or rows <= t["max_rows"])
+
+
+def _assert_table_tile(S_q, N, bs):
+    """The launch is the "cuda" table's tile for rows = S_q·N (BLOCK_N must divide the page for flat addressing,
+    else per-key gathers)."""
+    p = tri.LAST_LAUNCH["plan"]
+    rows, t = S_q * N, _cuda_tile(S_q * N)
+    assert p["key"] == "cuda"
+    for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "q_in_loop", "dv_split"):
+        assert p[k] == t.get(k, p[k]), (k, p, t)
+    assert p["num_m"] == -(-rows // t["BLOCK_M"])
+    assert p["flat"] == (t.get("flat", True) and bs % t["BLOCK_N"] == 0), (bs, p)
+    return p
+
+
+def test_tp_row_counts_pick_the_table_tiles():
+    """rows 16 | 17, 32 | 33, 64 | 65 at B = 64 on 132 SMs: the first tile whose max_rows fits; one wave of
+    resident programs (programs_per_core) or no split."""
+    dev = torch.device("cpu")
+    for S_q, N in ((1, 16), (1, 17), (4, 4), (2, 16), (1, 33), (3, 11), (1, 64), (2, 32), (1, 65), (5, 13), (3, 5)):
+        p = tri.launch_plan(64, S_q, N, 4096, dev, {"key": "cuda", "cores": 132})
+        t = _cuda_tile(S_q * N)
+        assert (p["BLOCK_M"], p["num_warps"], p["num_stages"]) == (t["BLOCK_M"], t["num_warps"], t["num_stages"])
+        assert p["num_m"] == -(-(S_q * N) // t["BLOCK_M"]) and p["q_in_loop"] == t["q_in_loop"], (S_q, N, p)
+        assert p["total"] <= 132 * t["programs_per_core"] or p["num_splits"] == 1, (S_q, N, p)
+    assert [t["max_rows"] for t in _CUDA_TILES][-1] is None
+
+
+@pytest.mark.parametrize("S_q,N", _TP_ROWS)
+@pytest.mark.parametrize("bs", [16, 128])
+def test_A4_A7_tp_row_counts_odd_heads_and_block_sizes(gen, S_q, N, bs):
+    """The table's tile at odd head counts (row blocks straddle query tokens), block sizes 16 (per-key gathers)
+    and 128 (flat) against 64 (flat), L = 0, 1, a tile + S_q − 1 (causal diagonal across the tile edge), 130;
+    NaN in every unused slot, 2³¹ − 1 in unused block_table entries: matches the reference; block sizes change no bit."""
+    lens = [0, 1, 64 + S_q - 1, 130]
+    q_nope, q_rope, c_kv, k_rope = logical(len(lens), S_q, N, lens, gen)
+    args = (q_nope, q_rope) + paged(c_kv, k_rope, lens, bs, torch.Generator().manual_seed(bs), unused=2**31 - 1)
+    out, lse = check(args, config={"key": "cuda"}, variant="amla_lazy")
+    _assert_table_tile(S_q, N, bs)
+    assert torch.equal(out[0], torch.zeros_like(out[0])) and torch.isneginf(lse[0]).all()
+    assert torch.isneginf(lse[1, :S_q - 1]).all() and torch.isfinite(lse[1, S_q - 1]).all()
+    assert torch.isfinite(lse[2:]).all()
+    if bs != 64:
+        g64 = torch.Generator().manual_seed(64)
+        o64, l64 = run((q_nope, q_rope) + paged(c_kv, k_rope, lens, 64, g64), config={"key": "cuda"},
+                       variant="amla_lazy")
+        assert torch.equal(out, o64) and torch.equal(lse, l64), "block size changed the result"
+
+
+@pytest.mark.parametrize("N", [8, 16, 32, 64, 128])
+@pytest.mark.parametrize("S_q", [1, 2])
+def test_A4_tp_shard_head_counts_on_the_cuda_table(gen, N, S_q):
+    """A4 with the "cuda" table (test_A4_head_counts runs the interpreter table): N = 8..128 at S_q = 1 and 2
+    each take the table's tile for their row count and match the reference."""
+    args = make(2, S_q, N, [33, 70], gen, bs=64)
+    check(args, config={"key": "cuda"}, variant="amla_lazy")
+    _assert_table_tile(S_q, N, 64)
+
+
+@pytest.mark.parametrize("S_q,N", [(2, 24), (4, 5)])
+def test_A6_tp_row_counts_mtp_causal(gen, S_q, N):
+    """Causal MTP on the table's tile for rows 48 / 20: query j sees exactly keys [0, L − S_q + j] (L = S_q,
+    S_q + 1, 64, 65), against an independent fp64 computation; changing key L − 1 changes only the last token."""
+    for L in (S_q, S_q + 1, 64, 65):
+        q_nope, q_rope, c_kv, k_rope = logical(1, S_q, N, [L], gen)
+        args = (q_nope, q_rope) + paged(c_kv, k_rope, [L], 64, gen)
+        out, lse = check(args, config={"key": "cuda"}, variant="amla_lazy")
+        _assert_table_tile(S_q, N, 64)
+        e_out, e_lse = fp64_attention(q_nope, q_rope, c_kv, k_rope, [L], True)
+        assert_close(out, e_out, "fp16")
+        assert_close(lse, e_lse, "lse", name="lse")
+        c2 = c_kv.clone()
+        c2[0, L - 1] += 1.0
+        out2, _ = run((q_nope, q_rope) + paged(c2, k_rope, [L], 64, torch.Generator().manual_seed(3)),
+                      config={"key": "cuda"}, variant="amla_lazy")
+        assert torch.equal(out2[0, :S_q - 1], out[0, :S_q - 1]) and not torch.equal(out2[0, S_q - 1], out[0, S_q - 1])
+
+
+@pytest.mark.parametrize("S_q,N,variant", [(2, 24, "amla_lazy"), (1, 17, "multiply_lazy")])
+def test_A1_A2_A3_A5_tp_row_counts_splits_nan_and_page_order(gen, S_q, N, variant):
+    """rows 48 / 17 on the table's tile with 3 KV splits: short rows (L 1, 20: most splits empty) and a
+    zero-length row stay finite / exact zero; NaN-filled unused slots and pages and a shuffled table with
+    2³¹ − 1 in unused entries give bit for bit the result of a clean, ordered cache."""
+    lens = [0, 1, 20, 129]
+    q_nope, q_rope, c_kv, k_rope = logical(len(lens), S_q, N, lens, gen)
+    g1, g2 = torch.Generator().manual_seed(11), torch.Generator().manual_seed(12)
+    dirty = (q_nope, q_rope) + paged(c_kv, k_rope, lens, 64, g1, fill=float("nan"), unused=2**31 - 1)
+    clean = (q_nope, q_rope) + paged(c_kv, k_rope, lens, 64, g2, permute=False, fill=0.0, unused=0)
+    cfg = {"key": "cuda", "cores": 132}
+    a, la = check(dirty, config=cfg, variant=variant, num_splits=3)
+    p = _assert_table_tile(S_q, N, 64)
+    assert p["num_splits"] == 3 and p["total"] == len(lens) * p["num_m"] * 3
+    b, lb = run(clean, config=cfg, variant=variant, num_splits=3)
+    assert torch.equal(a, b) and torch.equal(la, lb), "NaN / page order / unused entries changed the result"
+    assert torch.equal(a[0], torch.zeros_like(a[0])) and torch.isneginf(la[0]).all()
+    assert torch.isneginf(la[1, :S_q - 1]).all() and torch.isfinite(la[1, S_q - 1:]).all()
+    assert torch.isfinite(la[2:]).all() and not torch.isnan(a).any()
+
+
+def test_A1_tp_row_counts_every_row_zero_length(gen):
+    """A padded CUDA-graph batch (every seq_len 0) on the table's tile for rows 48, with and without splits."""
+    args = make(2, 2, 24, [0, 0], gen, bs=64)
+    for ns in (None, 3):
+        out, lse = run(args, config={"key": "cuda", "cores": 132}, variant="amla_lazy", num_splits=ns)
+        _assert_table_tile(2, 24, 64)
+        assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()

@@ -509,6 +509,10 @@ def test_decode_buckets_by_n():
         p = T.plan_quant_matmul(16, n, k, cpu, backend_key="cuda")
         assert p["BLOCK_N"] == 64 and not p.get("mask_m", False), (n, p)
     assert T.plan_quant_matmul(17, 2112, 7168, cpu, backend_key="cuda")["BLOCK_M"] == 32
+    # M 65..128, N <= 2560: BM64 BN32 BK256 in two K splits (12.6 vs 13.9 us for qkv_a at M=128, sweep 3)
+    p = T.plan_quant_matmul(128, 2112, 7168, cpu, backend_key="cuda")
+    assert (p["BLOCK_M"], p["BLOCK_N"], p["SPLIT_K"]) == (64, 32, 2), p
+    assert T.plan_quant_matmul(128, 7168, 2048, cpu, backend_key="cuda")["BLOCK_M"] == 128
 
 
 def test_split_target_per_bucket_and_counter_regions():
@@ -612,7 +616,7 @@ def _cuda_atomic_split_k_case(M: int, seed: int):
     atomic split-K path for it."""
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(seed)
-    K, N = 7168, 2112
+    K, N = 7168, 4096   # N = 2112 takes the unsplit mask_m bucket at M <= 16 (test_gpu_split_k_helper_shape_splits)
     x, w, ws, xs, b = (t.to(dev) if t is not None else None for t in _qmm_inputs(M, K, N, g, bias=True))
     plan = T.plan_quant_matmul(M, N, K, dev)
     if not (plan["SPLIT_K"] > 1 and plan.get("reduce") == "atomic"):
@@ -676,3 +680,180 @@ def test_split_k_graphs_replayed_concurrently_on_two_streams():
         torch.cuda.synchronize()
         for o in outs[0] + outs[1]:
             assert torch.equal(o, want)
+
+
+# ----------------------------------------------------------------------------------------------
+# review 2026-11-30 (session 3): the "cuda" table's M <= 16, N <= 2560 decode bucket (BN16 BK512, one split,
+# x rows past M masked: mask_m) against Q1/Q2/Q6, its N boundary, dtypes, bias, strides and split-K
+# ----------------------------------------------------------------------------------------------
+_CUDA_QMM = T._all_configs()["cuda"]["quant_matmul"]
+_MASK_BUCKET = next(b for b in _CUDA_QMM["buckets"] if b.get("mask_m"))
+_MAX_N = int(_MASK_BUCKET["max_n"])
+
+
+def _cuda_plan(M, N, K, sms=132):
+    """The "cuda" table's plan as the H200 (132 SMs) would resolve it."""
+    return T._make_qmm_plan(M, N, K, "cuda", None, None, sms)
+
+
+def test_gpu_split_k_helper_shape_splits():
+    """The GPU graph-capture tests (_cuda_atomic_split_k_case: M 4 / 8, K 7168, N 4096) must take the atomic
+    split-K path on the H200, else they skip silently: with N = 2112 they did, once the mask_m bucket (one split)
+    took M <= 16, N <= 2560."""
+    for M in (4, 8):
+        p = _cuda_plan(M, 4096, 7168)
+        assert p["SPLIT_K"] > 1 and p["reduce"] == "atomic", p
+        assert _cuda_plan(M, 2112, 7168)["SPLIT_K"] == 1
+
+
+@pytest.mark.parametrize("M", [1, 2, 15, 16])
+def test_Q1_decode_bucket_boundaries_in_n_and_m(M):
+    """min_n <= N <= max_n is inclusive at both ends: N = max_n takes the mask_m bucket, max_n + 1 the split-K
+    BN64 bucket, at every M <= 16; M = 17 never takes it; N unknown (0) and N = 1 do."""
+    for N in (1, 16, 17, _MAX_N - 1, _MAX_N):
+        p = _cuda_plan(M, N, 7168)
+        assert p.get("mask_m") and (p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"], p["SPLIT_K"]) == (16, 16, 512, 1), (N, p)
+    for N in (_MAX_N + 1, 4096, 24576):
+        p = _cuda_plan(M, N, 7168)
+        assert not p.get("mask_m") and p["BLOCK_N"] == 64 and p["max_m"] == 16, (N, p)
+    assert T._bucket(M, _CUDA_QMM) is _MASK_BUCKET
+    for N in (1, _MAX_N, _MAX_N + 1):
+        assert not _cuda_plan(17, N, 7168).get("mask_m")
+        assert _cuda_plan(17, N, 7168)["BLOCK_M"] == 32
+
+
+def test_every_max_n_bucket_is_inclusive_at_max_n():
+    """Table-driven: for every "cuda" bucket naming max_n and every M that reaches it, N = max_n takes it and
+    N = max_n + 1 does not (a later bucket); the split-K plan of each stays BLOCK_K aligned."""
+    seen = 0
+    for b in (b for b in _CUDA_QMM["buckets"] if "max_n" in b):
+        n = int(b["max_n"])
+        for M in range(1, int(b["max_m"]) + 1):
+            if T._bucket(M, _CUDA_QMM, n) is not b:
+                continue
+            seen += 1
+            assert T._bucket(M, _CUDA_QMM, n + 1) is not b, (M, b)
+            p = _cuda_plan(M, n, 7168)
+            assert p["K_PER_SPLIT"] % p["BLOCK_K"] == 0 and p["SPLIT_K"] * p["K_PER_SPLIT"] >= 7168
+    assert seen >= 16
+
+
+@pytest.mark.parametrize("M", [65, 128])
+def test_Q2_m128_narrow_n_bucket(M, gen):
+    """M 65..128 with N <= max_n: the table's bucket for it (split-K with the atomic reduction when it splits),
+    N = 72 and K = 600 (not multiples of the tiles), a partial last M block: bit-identical to the reference."""
+    K, N = 600, 72
+    p = T.plan_quant_matmul(M, N, K, torch.device("cpu"), backend_key="cuda")
+    assert p["max_m"] >= M and int(p.get("max_n", 1 << 62)) >= N and not p.get("mask_m")
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float16, backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float16), torch.float16)
+    if p["SPLIT_K"] > 1 and p.get("reduce") == "atomic":
+        buf, _ = T._COUNTERS[("cpu", None)]
+        assert int(buf.abs().sum()) == 0
+
+
+def _exact_vs_reference(out, ref, out_dtype, ref32=None):
+    """fp32 / fp16: bit-identical (same fp32 epilogue, one RNE cast). bf16: the fp32 reference ``ref32`` cast to
+    nearest even (the GPU) or truncated (the interpreter's fp32 -> bf16 cast), bit for bit; the bf16 tolerance
+    alone is too tight for truncation (cos_diff 0.7–1.4e-5 at K = 1100)."""
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    if out_dtype == torch.bfloat16:
+        trunc = (ref32.view(torch.int32) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
+        assert torch.equal(out, ref) or torch.equal(out, trunc)
+    else:
+        assert torch.equal(out, ref), (out - ref).abs().max()
+
+
+@pytest.mark.parametrize("M", [0, 1, 2, 15, 16, 17])
+@pytest.mark.parametrize("K", [1, 100, 512, 1368])
+def test_Q1_Q2_Q6_decode_mask_m_bucket_through_the_registered_op(M, K, gen, monkeypatch):
+    """The registered op on the "cuda" table: M <= 16 takes the mask_m bucket (K < BLOCK_K, = BLOCK_K, a tail of
+    K = 1368, K = 1), M = 0 an empty result (Q6), M = 17 the next bucket; N = 40 (not a multiple of BLOCK_N 16:
+    wrapped columns, never stored). Bit-identical to the reference."""
+    monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
+    N = 40
+    if M:
+        assert bool(T.plan_quant_matmul(M, N, K, torch.device("cpu")).get("mask_m")) == (M <= 16)
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
+    out = ops.quant.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+
+
+@pytest.mark.parametrize("M,N", [(16, _MAX_N), (1, _MAX_N + 1)])
+def test_Q2_decode_gemm_at_the_max_n_boundary(M, N, gen):
+    """A full 16-row tile at N = max_n (the mask_m bucket, 160 column tiles) and M = 1 one past it (the split-K
+    BN64 bucket, K tail): bit-identical to the reference."""
+    K = 600
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
+    p = T.plan_quant_matmul(M, N, K, torch.device("cpu"), backend_key="cuda")
+    assert bool(p.get("mask_m")) == (N <= _MAX_N)
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bias_dtype", [None, torch.float32, torch.float16])
+def test_mask_m_bucket_out_dtypes_and_bias(out_dtype, bias_dtype, gen):
+    """The mask_m bucket with every out dtype, no bias / fp32 / fp16 bias, M = 3 (13 masked rows), K = 1100 (two
+    full BLOCK_K 512 steps and a tail)."""
+    M, K, N = 3, 1100, 48
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=bias_dtype is not None, bias_dtype=bias_dtype or torch.float32)
+    assert T.plan_quant_matmul(M, N, K, torch.device("cpu"), backend_key="cuda").get("mask_m")
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype,
+                        R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32))
+
+
+@pytest.mark.parametrize("view", ["column_slice", "row_step", "transposed"])
+def test_mask_m_bucket_non_contiguous_x(view, gen):
+    """x as a column slice of a wider tensor (row stride K + 7), every other row of a taller one, and a transposed
+    [K, M] tensor (copied by the launcher): masked rows past M use the row stride, never wrap into real rows."""
+    M, K, N = 5, 700, 40
+    x0, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
+    if view == "column_slice":
+        wide = torch.randint(-127, 128, (M, K + 7), generator=gen, dtype=torch.int8)
+        wide[:, 4:4 + K] = x0
+        x = wide[:, 4:4 + K]
+    elif view == "row_step":
+        tall = torch.randint(-127, 128, (2 * M, K), generator=gen, dtype=torch.int8)
+        tall[::2] = x0
+        x = tall[::2]
+    else:
+        x = x0.t().contiguous().t()
+    assert not x.is_contiguous() and torch.equal(x, x0)
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x0, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+
+
+@pytest.mark.parametrize("M,K,N,split,reduce,group_m,layout", [
+    (1, 1100, 40, 3, "kernel", 1, "kmajor"),       # split-K, two-kernel reduction, K tail in the last split
+    (15, 1536, 24, 2, "atomic", 1, "rowmajor"),    # row-major weight (W_LAYOUT 1) under WRAP
+    (7, 700, 33, 1, "atomic", 1, "strided"),       # any-stride weight (W_LAYOUT 2)
+    (40, 1024, 20, 2, "atomic", 2, "kmajor"),      # three M blocks (last partial) with GROUP_M 2
+])
+def test_mask_m_split_k_reductions_layouts_and_groups(M, K, N, split, reduce, group_m, layout, gen):
+    """mask_m outside its default bucket: split-K with either reduction, every weight layout, GROUP_M > 1 with
+    several M blocks; bit-identical to the wrapped path and to the reference, the tile counters left at zero."""
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout=layout, bias=True)
+    cfg = dict(_MASK_BUCKET, BLOCK_N=16, BLOCK_K=512, GROUP_M=group_m, split_k=split, reduce=reduce)
+    plan = T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key="cuda")
+    assert plan["SPLIT_K"] == split
+    outs = [T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=dict(cfg, mask_m=mm),
+                                  backend_key="cuda") for mm in (False, True)]
+    assert torch.equal(outs[0], outs[1])
+    _exact_vs_reference(outs[1], R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+    if split > 1 and reduce == "atomic":
+        buf, _ = T._COUNTERS[("cpu", None)]
+        assert int(buf.abs().sum()) == 0
+
+
+def test_cuda_compile_cases_carry_mask_m():
+    """compile_cases("cuda") (offline sm_90 register / spill reports) builds the mask_m bucket with MASK_M set and
+    only the fused (one split) kernel; the other buckets keep MASK_M off; Ascend never sets it."""
+    cases = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_kernel]
+    masked = [c for c in cases if c["constexprs"]["MASK_M"]]
+    assert masked and all(not c["constexprs"]["PARTIALS"] and c["constexprs"]["WRAP"]
+                          and (c["constexprs"]["BLOCK_N"], c["constexprs"]["BLOCK_K"]) == (16, 512) for c in masked)
+    assert len(masked) == 4                                                  # even/tail × bf16/fp16
+    assert all(not c["constexprs"]["MASK_M"] for c in T.ascend_compile_cases() if c["fn"] is T._qmm_kernel)

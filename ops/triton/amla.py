@@ -168,7 +168,9 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
     # S = scale·(q_nope·c_kvᵀ + q_rope·k_ropeᵀ): five short tensor-core chains summed in IEEE fp32
     # (the MMA accumulator truncates; one 576-long chain biases the logits by ~1e-5 at DeepSeek scales).
     # Pairwise ((a + b) + (c + d)) + rope: fp32 addition commutes, so both column halves (DV_SPLIT = 2,
-    # which see the chunks in swapped order) compute bit-identical logits
+    # which see the chunks in swapped order) compute bit-identical logits. Keep the per-chain `* scale`: Triton
+    # folds dot(a, b, 0) + x into dot(a, b, x), so unscaled chains would be accumulated in the MMA again (measured
+    # on the H200: lse 1.3e-5 off fp64, docs/perf/amla.md, session 3)
     s = (tl.dot(qa, tl.trans(k_a)) * scale + tl.dot(qb, tl.trans(k_b)) * scale) + \
         (tl.dot(qc, tl.trans(k_c)) * scale + tl.dot(qd, tl.trans(k_d)) * scale)
     s = s + tl.dot(qr, tl.trans(kr)) * scale
