@@ -93,6 +93,10 @@ round16)  # session 3: rows > 32 on the BM32 q_in_loop tile: full AMLA check + i
   step check_amla 230 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   step perf_part13 150 python3 -m perf --device cuda --ops amla --shapes '*_n128_*,b64_sq1_n64_l4096,b64_sq2_n32_l4096,b64_sq2_n64_l4096' --backends triton --no-layer --no-dispatch --repro-check 3 --out "$OUT/perf_part13"
   ;;
+round17)  # session 3, last: the split-K CUDA-graph tests on their new shape, and the layer vs HF with the final tiles
+  step pytest_graphs 90 python3 -m pytest tests/test_quant_triton.py -q -k "under_cuda_graph_capture or concurrently_on_two_streams"
+  step check_layer 80 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
