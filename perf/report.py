@@ -181,9 +181,32 @@ def load_json(path: str) -> dict:
         return json.load(f)
 
 
+def _canonical_order(rows: list[dict]) -> list[dict]:
+    """Rows by op (first appearance), the op's named-shape order, then backend (first appearance): a re-measured
+    row merged from a later run sits where a full run would have put it."""
+    try:
+        import ops  # noqa: F401  (registers every op's OpSpec)
+        from ops._library import SPECS
+    except Exception:  # noqa: BLE001 - ordering is cosmetic; keep the given order without the registry
+        return rows
+    first_op: dict[str, int] = {}
+    first_backend: dict[str, int] = {}
+    for r in rows:
+        first_op.setdefault(r["op"], len(first_op))
+        first_backend.setdefault(r["backend"], len(first_backend))
+
+    def key(ir):
+        i, r = ir
+        names = list(getattr(SPECS.get(r["op"]), "shapes", None) or [])
+        pos = names.index(r["shape"]) if r["shape"] in names else len(names) + i
+        return first_op[r["op"]], pos, first_backend[r["backend"]], i
+    return [r for _, r in sorted(enumerate(rows), key=key)]
+
+
 def merge_reports(dirs: Sequence[str], out: str) -> int:
-    """Combine the ``results.json`` of several runs into one report in ``out``. Rows keep their order (runs in the
-    order given); a row (op, backend, shape) that appears twice keeps the later run's. Ceilings and provenance
+    """Combine the ``results.json`` of several runs into one report in ``out``. A row (op, backend, shape) that
+    appears twice keeps the later run's numbers; rows are listed by op (first appearance), then in the order of
+    the op's named shapes (``OpSpec.shapes``; unknown shapes after them), then by backend. Ceilings and provenance
     come from the first run (each run's command, time and ceilings are listed under ``meta.parts``); the layer view
     from the first run that has one. Returns 1 if a merged row is FAIL/ERROR, else 0."""
     parts = [load_json(d) for d in dirs]
@@ -194,8 +217,7 @@ def merge_reports(dirs: Sequence[str], out: str) -> int:
     src: dict[tuple, int] = {}
     for i, (d, js) in enumerate(zip(dirs, parts)):
         for r in js["rows"]:
-            rows.pop((r["op"], r["backend"], r["shape"]), None)
-            rows[(r["op"], r["backend"], r["shape"])] = r
+            rows[(r["op"], r["backend"], r["shape"])] = r       # a later run's row replaces it in place
             src[(r["op"], r["backend"], r["shape"])] = i
         for n in js.get("notes", []):
             if n not in notes:
@@ -204,18 +226,21 @@ def merge_reports(dirs: Sequence[str], out: str) -> int:
             layer = js["layer"]
         repro += [(i, x) for x in js["meta"].get("repro_check") or []]
     meta = dict(parts[0]["meta"])
-    meta["parts"] = [dict(dir=d, command=js["meta"].get("command"), elapsed_s=js["meta"].get("elapsed_s"),
-                          timestamp=js["meta"].get("timestamp"), git_sha=js["meta"].get("git_sha"),
-                          ceilings=js["meta"].get("ceilings")) for d, js in zip(dirs, parts)]
+    # a merged report given as input contributes its own parts (provenance is never collapsed by re-merging)
+    meta["parts"] = [p for d, js in zip(dirs, parts) for p in (js["meta"].get("parts") or [
+        dict(dir=d, command=js["meta"].get("command"), elapsed_s=js["meta"].get("elapsed_s"),
+             timestamp=js["meta"].get("timestamp"), git_sha=js["meta"].get("git_sha"),
+             ceilings=js["meta"].get("ceilings"))])]
     meta["command"] = " + ".join(str(p["command"]) for p in meta["parts"])
     meta["elapsed_s"] = round(sum(float(p["elapsed_s"] or 0) for p in meta["parts"]), 1)
     # a re-run check of a row that a later run replaced describes a number no longer in the report: drop it
     meta["repro_check"] = [x for i, x in repro if src.get((x.get("op"), x.get("backend"), x.get("shape")), i) == i]
     for key in ("git_sha", "torch", "triton", "device"):
-        vals = {str(js["meta"].get(key)) for js in parts}
-        if len(vals) > 1:
-            notes.append(f"merged runs differ in {key}: {', '.join(sorted(vals))}")
-    merged = list(rows.values())
+        vals = {str(p.get(key, js["meta"].get(key))) for js in parts for p in (js["meta"].get("parts") or [{}])}
+        note = f"merged runs differ in {key}: {', '.join(sorted(vals))}"
+        if len(vals) > 1 and note not in notes:
+            notes.append(note)
+    merged = _canonical_order(list(rows.values()))
     # rows of runs before the host-bound spread floor existed (perf/timers.py HOST_BOUND_SPREAD_PCT): apply it, and
     # judge the kept re-run checks against the spread now written beside their rows
     from .timers import HOST_BOUND_SPREAD_PCT, rerun_tolerance_pct

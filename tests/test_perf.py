@@ -524,6 +524,17 @@ def test_merge_two_runs_and_repro_check(tmp_path):
                                                           ("reference", "decode_b1"), ("triton", "decode_b1")]
     assert len(js["meta"]["parts"]) == 2 and "merged from" in md
     assert any(f.startswith("roofline_") for f in os.listdir(m))
+    # re-measuring one row and merging it into the merged report: the row keeps its place, the parts stay apart
+    c, m2 = str(tmp_path / "c"), str(tmp_path / "m2")
+    assert main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b4", "--backends", "triton",
+                 "--out", c, "--quick", "--no-layer", "--no-dispatch"], extra_ops=[e]) == 0
+    assert main(["--merge", m, c, "--out", m2]) == 0
+    rows3, js3, _ = _read(m2)
+    assert [(r["backend"], r["shape"]) for r in rows3] == [(r["backend"], r["shape"]) for r in rows]
+    assert len(js3["meta"]["parts"]) == 3
+    new = next(r for r in _read(c)[1]["rows"])
+    assert next(r for r in js3["rows"] if r["backend"] == "triton" and r["shape"] == "decode_b4")["us_p50"] == \
+        new["us_p50"]
     picked = pick_rows(js["rows"], 3, seed=1)
     assert len(picked) == 3 and {r["backend"] for r in picked} == {"reference", "triton"}
     res = repro_check(m, n=2, seed=0, extra_ops=[e])
