@@ -857,3 +857,6 @@ def test_cuda_compile_cases_carry_mask_m():
                           and (c["constexprs"]["BLOCK_N"], c["constexprs"]["BLOCK_K"]) == (16, 512) for c in masked)
     assert len(masked) == 4                                                  # even/tail × bf16/fp16
     assert all(not c["constexprs"]["MASK_M"] for c in T.ascend_compile_cases() if c["fn"] is T._qmm_kernel)
+    for table in ("cuda", "ascend"):   # buckets that share a max_m (min_n / max_n) still get distinct case names
+        names = [c["name"] for c in T.compile_cases(table)]
+        assert len(names) == len(set(names)), table

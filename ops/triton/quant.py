@@ -883,7 +883,8 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                               REDUCE=partials and b.get("reduce", "kernel") == "atomic",
                               MASK_M=bool(b.get("mask_m", False)))
                     tag = "splitk" if partials else "fused"
-                    cases.append(dict(name=f"quant_matmul_m{b['max_m']}_{tag}_{'even' if even else 'tail'}_{out[1:]}",
+                    nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}" if "min_n" in b or "max_n" in b else ""
+                    cases.append(dict(name=f"quant_matmul_m{b['max_m']}{nb}_{tag}_{'even' if even else 'tail'}_{out[1:]}",
                                       fn=_qmm_kernel, signature=sig, constexprs=ce, num_warps=int(b["num_warps"]),
                                       num_stages=int(b["num_stages"])))
     e = q["epilogue"]
