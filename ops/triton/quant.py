@@ -489,6 +489,18 @@ def rms_norm_dynamic_quant_config(x: torch.Tensor, gamma: torch.Tensor, *, epsil
 # quant_matmul
 # ==============================================================================================
 # K, N, K_PER_SPLIT stay specialised: their divisibility by 16 lets the loads vectorise (10x measured)
+@triton.jit
+def _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS: tl.constexpr):
+    """The fp32 epilogue of an int32 tile: out[om, on] = acc · weight_scale[on] · x_scale[om] (+ bias[on]), cast."""
+    ws = tl.load(ws_ptr + on, mask=nmask, other=0.0).to(tl.float32)
+    xs = tl.load(xs_ptr + om, mask=mmask, other=0.0).to(tl.float32)
+    o = acc.to(tl.float32) * ws[None, :] * xs[:, None]
+    if HAS_BIAS:
+        o = o + tl.load(bias_ptr + on, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    tl.store(out_ptr + om.to(tl.int64)[:, None] * stride_om + on[None, :], o.to(out_ptr.dtype.element_ty),
+             mask=mmask[:, None] & nmask[None, :])
+
+
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
 def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
                 M, N, K, K_PER_SPLIT, SPLIT_K,
@@ -578,13 +590,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
                 b_ptrs += BLOCK_K * stride_wk
         omask = mmask[:, None] & nmask[None, :]
         if not PARTIALS:
-            ws = tl.load(ws_ptr + on, mask=nmask, other=0.0).to(tl.float32)
-            xs = tl.load(xs_ptr + om, mask=mmask, other=0.0).to(tl.float32)
-            o = acc.to(tl.float32) * ws[None, :] * xs[:, None]
-            if HAS_BIAS:
-                o = o + tl.load(bias_ptr + on, mask=nmask, other=0.0).to(tl.float32)[None, :]
-            tl.store(out_ptr + om.to(tl.int64)[:, None] * stride_om + on[None, :], o.to(out_ptr.dtype.element_ty),
-                     mask=omask)
+            _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS)
         else:
             p = part_ptr + (split.to(tl.int64) * M + om.to(tl.int64)[:, None]) * N + on[None, :]
             tl.store(p, acc, mask=omask)
@@ -597,13 +603,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
                         if s2 != split:
                             acc += tl.load(pq, mask=omask, other=0, cache_modifier=".cg")
                         pq += M * N
-                    ws = tl.load(ws_ptr + on, mask=nmask, other=0.0).to(tl.float32)
-                    xs = tl.load(xs_ptr + om, mask=mmask, other=0.0).to(tl.float32)
-                    o = acc.to(tl.float32) * ws[None, :] * xs[:, None]
-                    if HAS_BIAS:
-                        o = o + tl.load(bias_ptr + on, mask=nmask, other=0.0).to(tl.float32)[None, :]
-                    tl.store(out_ptr + om.to(tl.int64)[:, None] * stride_om + on[None, :],
-                             o.to(out_ptr.dtype.element_ty), mask=omask)
+                    _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS)
                     tl.atomic_xchg(cnt_ptr + tile, 0)
 
 
@@ -627,12 +627,7 @@ def _qmm_epilogue_kernel(part_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, M, N, SPLI
         for _s in range(0, SPLIT_K):
             acc += tl.load(p, mask=m2, other=0)
             p += M * N
-        ws = tl.load(ws_ptr + on, mask=mn, other=0.0).to(tl.float32)
-        xs = tl.load(xs_ptr + om, mask=mm, other=0.0).to(tl.float32)
-        o = acc.to(tl.float32) * ws[None, :] * xs[:, None]
-        if HAS_BIAS:
-            o = o + tl.load(bias_ptr + on, mask=mn, other=0.0).to(tl.float32)[None, :]
-        tl.store(out_ptr + om.to(tl.int64)[:, None] * stride_om + on[None, :], o.to(out_ptr.dtype.element_ty), mask=m2)
+        _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mm, mn, stride_om, HAS_BIAS)
 
 
 _COUNTERS: dict = {}
