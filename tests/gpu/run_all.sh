@@ -97,6 +97,9 @@ round17)  # session 3, last: the split-K CUDA-graph tests on their new shape, an
   step pytest_graphs 90 python3 -m pytest tests/test_quant_triton.py -q -k "under_cuda_graph_capture or concurrently_on_two_streams"
   step check_layer 80 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   ;;
+round18)  # session 4: the transposed AMLA tiles (wgmma with 32 query rows) on the floor and TP shapes
+  step amla_sweep8 200 python3 perf/bench_amla.py "$OUT/amla_sweep8.md" --sweep-only --tp tp32,tp64 --budget 180
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
