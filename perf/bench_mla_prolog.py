@@ -8,6 +8,9 @@ Config sweep in one command (~80-110 s on the H200 with 16 CPU cores):
 
     python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 95 --out $OUT/mla_prolog_sweep.md
 
+``--row_diag`` first profiles the row kernel (per-kernel µs at T = 1) in bf16 / partial / a8w8 for a few row
+configs (ROW_DIAG): what the A8W8 row kernel's time is made of (~10-15 s of the budget).
+
 Shapes: DeepSeek-V3 (He 7168, Hcq 1536, Hckv 512, D 128, Dr 64), N = 128 heads, T tokens (decode),
 PA_BSND caches with block_size 128. Modes: "bf16" (all weights bf16, ~121 MB) and "a8w8" (full A8W8:
 int8 token_x / W_DQ / W_UQ_QR / W_DKV_KR with per-channel scales, bf16 W_UK, ~64 MB), int8 weights packed
@@ -60,33 +63,66 @@ WEIGHTS = ("weight_dq", "weight_uq_qr", "weight_uk", "weight_dkv_kr")
 # launches are serial, so per-kernel gains add up; the combination of per-kernel bests is timed at the end).
 # Pruned offline (sm_90 compile + ptxas, triton 3.9): no candidate below spills more than ~300 B/thread.
 SWEEP = {
-    "down": [{"BLOCK_N": 128}, {"BLOCK_N": 32}, {"split_k": 16}, {"split_k": 4}, {"num_stages": 6},
-             {"BLOCK_K": 256, "num_stages": 3}, {"BLOCK_K": 64, "num_stages": 6}, {"num_warps": 8}],
-    "row": [{"num_warps": 2}, {"num_warps": 8}, {"num_warps": 16}, {"prefetch_uk": 0}, {"prefetch_programs_per_core": 1},
-            {"prefetch_programs_per_core": 4}, {"PF_BLOCK": 16384}],
-    "query": [{"PRE_UK": 0}, {"evict_first_w": 0}, {"PRE_UK": 2, "num_warps": 8}, {"PRE_UK": 1, "num_warps": 4}, {"PRE_UK": 0, "num_warps": 8},
-              {"BLOCK_K": 128, "num_stages": 3}, {"BLOCK_K": 32, "num_stages": 6},
-              {"PRE_UK": 2, "num_warps": 8, "BLOCK_K": 128, "num_stages": 3}, {"PRE_UK": 2, "num_warps": 8, "num_stages": 5}],
+    "down": [{"split_k": 4}, {"num_stages": 6}, {"BLOCK_K": 64, "num_stages": 6}, {"num_warps": 8}],
+    # row (sweep 2): the row work of a token is ~2000 SASS instructions executed by ONE program (4 warps, one
+    # warp per SM sub-partition: no latency hiding) — more warps cut the per-thread share (ptxas: 254 → 104 / 85
+    # registers at 16 warps with / without prefetch), "parts" 2 puts cq (norm + per-token quant) and ckv / kr
+    # (norm, RoPE, scatter) on two programs; "prefetch_tail" 1 prefetches only the W_UK columns the query kernel
+    # does not load before its K loop (PRE_UK 2 × BLOCK_C 128 of 512: half the 16.8 MB); 16 warps fit 1 program
+    # per SM (prefetch_programs_per_core 1)
+    "row": [{"num_warps": 8}, {"num_warps": 16}, {"prefetch_uk": 0}, {"num_warps": 16, "prefetch_uk": 0},
+            {"parts": 2, "num_warps": 8}, {"parts": 2, "num_warps": 8, "prefetch_uk": 0},
+            {"parts": 2, "num_warps": 16, "prefetch_uk": 0}, {"prefetch_tail": 1}, {"prefetch_tail": 1, "num_warps": 8},
+            {"prefetch_tail": 1, "parts": 2, "num_warps": 8},
+            {"prefetch_tail": 1, "num_warps": 16, "prefetch_programs_per_core": 1},
+            {"prefetch_tail": 1, "parts": 2, "num_warps": 8, "prefetch_programs_per_core": 1}],
+    "query": [{"PRE_UK": 0}, {"evict_first_w": 0}, {"BLOCK_K": 128, "num_stages": 3}, {"PRE_UK": 2, "num_warps": 8, "num_stages": 5}],
 }
+# query at T ≤ 32 (sweep 2): "absorb_split" 2 = two programs per head (256 for 132 SMs), each doing the head's GEMM
+# (the pair's W_UQ_QR reads meet in L2) and half the W_UK absorption; only configs that fit 2 programs per SM
+# (sm_90 offline: 4 warps, ≤ 102 KB shared, ≤ 255 registers; 0-200 B spills) — the JSON's 8 warps need ~250
+# registers, one program per SM, two waves
+_ABSORB_SPLIT = [{"absorb_split": 2, "num_warps": 4, "BLOCK_C": 64, "num_stages": 4},
+                 {"absorb_split": 2, "num_warps": 4, "BLOCK_C": 64, "num_stages": 3},
+                 {"absorb_split": 2, "num_warps": 4, "BLOCK_C": 128, "PRE_UK": 1, "num_stages": 3}]
 SWEEP_T = {  # extra candidates for a token count (its own bucket)
+    1: {"query": _ABSORB_SPLIT},
+    32: {"query": _ABSORB_SPLIT},
     # T = 128 down: every column tile re-reads x (T·He elements) from L2, so wider BLOCK_N with one wave of
     # programs (≤ 132 at 1 program / SM when the tiles need > 114 KB of shared memory)
     128: {"down": [{"BLOCK_M": 64, "BLOCK_K": 128, "num_warps": 4}, {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8},
-                   {"BLOCK_K": 128, "num_stages": 3}, {"BLOCK_N": 256, "num_warps": 8, "split_k": 14, "num_stages": 3},
-                   {"BLOCK_N": 128, "num_warps": 8, "split_k": 7, "num_stages": 3}],
-          "query": [{"BLOCK_M": 64, "num_warps": 4, "num_stages": 3}, {"BLOCK_M": 64, "num_warps": 8, "num_stages": 3},
-                    {"BLOCK_M": 64, "num_warps": 8, "PRE_UK": 2, "num_stages": 3}, {"BLOCK_M": 32, "num_warps": 8,
-                    "PRE_UK": 2, "num_stages": 4}, {"BLOCK_M": 64, "num_warps": 4, "BLOCK_K": 128, "num_stages": 3}]},
+                   {"BLOCK_K": 128, "num_stages": 3}, {"BLOCK_K": 128, "num_stages": 4},
+                   {"BLOCK_M": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}],
+          # query at T = 128 is MMA/issue-bound with one 8-warp program per SM: BLOCK_M 64 at 4 warps fits 2
+          # programs per SM (sm_90 offline: 112 KB shared at 3 stages, 104 KB with BLOCK_K 32 at 5 stages, int8
+          # BLOCK_K 128 at 2 stages 80 KB, no spills); 16 warps at BLOCK_M 128 (4 warpgroups, 128 registers)
+          "query": [{"BLOCK_M": 64, "num_warps": 4, "num_stages": 3}, {"BLOCK_M": 64, "num_warps": 4, "BLOCK_K": 32, "num_stages": 5},
+                    {"BLOCK_M": 64, "num_warps": 4, "BLOCK_K": 32, "num_stages": 4},
+                    {"BLOCK_M": 64, "num_warps": 4, "BLOCK_K": 128, "num_stages": 2},
+                    {"BLOCK_M": 128, "num_warps": 16, "num_stages": 3}]},
 }
 
 
 def sweep_candidates(T: int) -> list[tuple[str, dict]]:
     """(kernel, override) pairs for token count T (the JSON's own choice is timed separately)."""
     out = []
-    for kern in ("query", "row", "down"):  # most expected gain first (a budget cut drops the tail)
+    # prefetch_tail only changes anything where the JSON's query bucket pre-loads W_UK chunks (PRE_UK)
+    pre = int(K._bucket(T, K._all_configs()["cuda"]["query"]["buckets"]).get("PRE_UK", 0))
+    for kern in ("row", "query", "down"):  # most expected gain first (a budget cut drops the tail)
         for ov in SWEEP[kern] + SWEEP_T.get(T, {}).get(kern, []):
+            if ov.get("prefetch_tail") and not pre:
+                continue
             out.append((kern, ov))
     return out
+
+
+# row-kernel diagnosis (--row_diag): per-kernel device µs (torch.profiler) at T = 1 of these row configs in the
+# modes that separate the A8W8 row kernel's extra work: "partial" = per-token int8 quant of cq without the
+# int32 dequant, "a8w8" = both; "bf16" = neither
+ROW_DIAG_MODES = ("bf16", "partial", "a8w8")
+ROW_DIAG = [None, {"row": {"prefetch_uk": 0}}, {"row": {"prefetch_uk": 0, "num_warps": 16}},
+            {"row": {"prefetch_uk": 0, "parts": 2, "num_warps": 8}}, {"row": {"parts": 2, "num_warps": 8}},
+            {"row": {"prefetch_tail": 1, "parts": 2, "num_warps": 8}}]
 
 
 def log(msg: str) -> None:
@@ -328,8 +364,41 @@ def sweep_shape(mode: str, T: int, N: int, cbw: float, sweep_rows: list, winners
         log(winners[-1])
 
 
-def _warm_jobs(modes, Ts) -> list[tuple[str, int, dict | None]]:
+def row_diag(N: int, sweep_rows: list, t_end: float) -> None:
+    """Per-kernel µs (eager profile, rotating weights) of each ROW_DIAG config in each ROW_DIAG_MODES mode at
+    T = 1, each checked against the reference first (a wrong one is reported, not profiled)."""
+    for mode in ROW_DIAG_MODES:
+        inp = make(mode, 1, N)
+        sets = rotations(inp)
+        a = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+        ref = R.mla_prolog(**a)
+        for ov in ROW_DIAG:
+            if time.time() > t_end:
+                log("[budget] row diag stopped")
+                return
+            name = f"row diag {json.dumps(ov['row']) if ov else 'json'}"
+            try:
+                b = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+                out = K.mla_prolog_config(**b, overrides=ov)
+                torch.cuda.synchronize()
+                bad = _check_against(ref, (a["kv_cache"], a["kr_cache"]), b, out)
+                if bad:
+                    sweep_rows.append(f"| {mode} | 1 | {name} | WRONG: {bad} | |")
+                else:
+                    kt = profile_kernels(sets, ov)
+                    sweep_rows.append(f"| {mode} | 1 | {name}: per-kernel µs | down {kt.get('_down_kernel', 0):.1f}, row "
+                                      f"{kt.get('_row_kernel', 0):.1f}, query {kt.get('_query_kernel', 0):.1f} | |")
+            except Exception as e:  # noqa: BLE001
+                sweep_rows.append(f"| {mode} | 1 | {name} | error {type(e).__name__}: {str(e)[:120]} | |")
+            log(sweep_rows[-1])
+        del sets
+        torch.cuda.empty_cache()
+
+
+def _warm_jobs(modes, Ts, diag: bool = False) -> list[tuple[str, int, dict | None]]:
     jobs = []
+    if diag:
+        jobs += [(m, 1, ov) for m in ROW_DIAG_MODES for ov in ROW_DIAG]
     for mode in modes:
         for T in Ts:
             jobs.append((mode, T, None))
@@ -337,9 +406,9 @@ def _warm_jobs(modes, Ts) -> list[tuple[str, int, dict | None]]:
     return jobs
 
 
-def warm_part(modes, Ts, part: int, parts: int, N: int) -> None:
+def warm_part(modes, Ts, part: int, parts: int, N: int, diag: bool = False) -> None:
     """Compile a contiguous share of the sweep's (mode, T, candidate) launches (fills Triton's disk cache)."""
-    jobs = _warm_jobs(modes, Ts)
+    jobs = _warm_jobs(modes, Ts, diag)
     n = len(jobs)
     mine = jobs[part * n // parts:(part + 1) * n // parts]
     cur, inp = None, None
@@ -360,7 +429,7 @@ def precompile(args, modes, Ts) -> None:
     procs = []
     for i in range(args.jobs):
         c = [sys.executable, os.path.abspath(__file__), "--warm", "--sweep", "--modes", ",".join(modes), "--T",
-             ",".join(map(str, Ts)), "--N", str(args.N), "--part", f"{i}/{args.jobs}"]
+             ",".join(map(str, Ts)), "--N", str(args.N), "--part", f"{i}/{args.jobs}"] + (["--row_diag"] if args.row_diag else [])
         procs.append(subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     for p in procs:
         try:
@@ -386,6 +455,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=14, help="--sweep: parallel compile processes (0 = compile inline)")
     ap.add_argument("--warm_timeout_s", type=float, default=55.0, help="--sweep: wait at most this for the compiles")
     ap.add_argument("--part", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--row_diag", action="store_true", help="--sweep: first profile the row kernel configs of ROW_DIAG "
+                    "in the modes ROW_DIAG_MODES at T = 1 (per-kernel µs, ~10 s)")
     ap.add_argument("--no_bench", action="store_true", help="--sweep only: skip the main table (reference timing, profile)")
     args = ap.parse_args()
     t0 = time.time()
@@ -393,7 +464,7 @@ def main() -> int:
     modes = args.modes.split(",")
     if args.warm and args.part:
         i, n = (int(v) for v in args.part.split("/"))
-        warm_part(modes, Ts, i, n, args.N)
+        warm_part(modes, Ts, i, n, args.N, args.row_diag)
         return 0
     if args.sweep and not args.warm:
         if args.jobs > 0:
@@ -417,6 +488,12 @@ def main() -> int:
                 rows.append(f"| {mode} | {T} | {args.N} | error (see log) |")
             torch.cuda.empty_cache()
             write(args, cbw, rows, sweep_rows)
+    if args.sweep and not args.warm and args.row_diag:
+        try:
+            row_diag(args.N, sweep_rows, t0 + args.budget_s)
+        except Exception:  # noqa: BLE001
+            log(f"row diag failed:\n{traceback.format_exc()}")
+        write(args, cbw, rows, sweep_rows, winners)
     if args.sweep and not args.warm:
         shapes = [(m, T) for m in modes for T in Ts]
         for i, (mode, T) in enumerate(shapes):

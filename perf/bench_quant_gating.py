@@ -132,7 +132,7 @@ def large_m_candidates():
 
 
 def time_qmm(sets, config=None):
-    fns = [lambda s=s: TQ.quant_matmul_config(*s, config=config) for s in sets]
+    fns = [lambda s=s: TQ.quant_matmul_config(*s, config=config, out_dtype=QMM_OUT[0]) for s in sets]
     return graph_time_us(fns)
 
 
@@ -343,10 +343,16 @@ ROW_SMALL = ["old_default", "old_tiles_fast", "single_bm1_w8", "single_bm1_w16",
 ROW_LARGE = list(ROW_CANDS)
 
 
-def _qc(bm, bn, bk, w, st, split="auto", reduce="atomic", target=0, gm=1):
+def _qc(bm, bn, bk, w, st, split="auto", reduce="atomic", target=0, gm=1, mma=None, ru=1, dyn=0):
     c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, num_warps=w, num_stages=st, split_k=split, reduce=reduce)
     if target:
         c["split_target"] = target
+    if mma:
+        c["mma"] = mma
+    if ru > 1:
+        c["reduce_unroll"] = ru   # the last-arriving split loads the other partials ru at a time
+    if dyn:
+        c["dynamic"] = dyn        # persistent grid of dyn programs per SM fetching work items (int32 counter)
     return c
 
 
@@ -354,20 +360,89 @@ def _mm(c):
     return dict(c, mask_m=True)
 
 
-QMM_CANDS = {  # M bucket -> {name: bucket config}; round 4: x rows past M masked instead of wrapped ("_mm") at
-    # decode M (round 3 found BN16 tiles 50 % slower at M=1 than at M=16). Earlier rounds: docs/perf/quant_sweep2.md
-    # and quant_sweep3.md. "_kS": split_k forced to S.
-    16: {"16x64x256_s5_mm": _mm(_qc(16, 64, 256, 4, 5)),
-         "16x16x512_s5_k1": _qc(16, 16, 512, 4, 5, split=1), "16x16x512_s5_k1_mm": _mm(_qc(16, 16, 512, 4, 5, split=1)),
-         "16x16x512_s6_w2_k1_mm": _mm(_qc(16, 16, 512, 2, 6, split=1)),
-         "16x16x512_s8_k1_mm": _mm(_qc(16, 16, 512, 4, 8, split=1)),
-         "16x32x256_s6_k2_mm": _mm(_qc(16, 32, 256, 4, 6, split=2)),
-         "16x32x512_s4_k2_mm": _mm(_qc(16, 32, 512, 4, 4, split=2))},
+def _sw(bm, bn, bk, w, st, **kw):
+    """Swap-AB (``mma: "swap"``): acc^T[BLOCK_N, BLOCK_M] = w^T tile · x tile^T; BLOCK_N weight rows fill the
+    MMA's M slot (wgmma: 64 per warpgroup), BLOCK_M tokens its N slot; x rows past M masked."""
+    return _mm(_qc(bm, bn, bk, w, st, mma="swap", **kw))
+
+
+def _gv(bn, bk, w, split=1, **kw):
+    """GEMV (``mma: "gemv"``): one token row per program, int32 products summed on the CUDA cores."""
+    return _mm(_qc(1, bn, bk, w, 3, split=split, mma="gemv", **kw))
+
+
+# Round 5 (issue 4: decode floors of K7168 N2112 at M 1/16/64/128 and q_b K1536 N24576 at M 128). Earlier rounds:
+# docs/perf/quant_sweep2.md .. quant_sweep4.md. Name: BMxBNxBK (tokens x weight columns x K), _sS stages, _wW warps,
+# _kS split_k forced to S (else "auto": split until ~132 work items, or _tT items), _uU reduce_unroll U (the
+# last-arriving split loads U partials at once), _dP persistent grid of P programs per SM with dynamic work
+# fetching, sw_ = swap-AB, gv_ = GEMV,
+# _mm = x rows past M masked. Each group: the M values and (K, N) shapes it is judged on (worst shape), the bucket
+# keys its WINNER line carries (paste before the bucket it replaces in configs/quant.json "cuda").
+QMM_OUT = [torch.bfloat16]  # --smoke: fp32 (the interpreter truncates fp32 -> bf16, the reference rounds)
+QMM_GROUPS = {
+    "m1_n2112": dict(Ms=(1,), shapes=[(7168, 2112)], keys=dict(max_m=1, max_n=2560), cands={
+        # GEMV: no tensor cores, BN weight rows x BK per step in registers, 16 K summed in-thread (48-92 registers,
+        # ld.global.v4, no cp.async and no shared memory in the loop): the loads in flight per SM are the CTAs
+        # resident on it x BN x BK, so wide BK or split-K (each item a single BK step) keep 16-64 KB in flight
+        "gv_1x2x1024_w2": _gv(2, 1024, 2), "gv_1x4x1024_w4": _gv(4, 1024, 4), "gv_1x8x1024_w4": _gv(8, 1024, 4),
+        "gv_1x4x2048_w4": _gv(4, 2048, 4), "gv_1x8x4096_w8": _gv(8, 4096, 8),
+        "gv_1x8x1024_w4_k2": _gv(8, 1024, 4, split=2), "gv_1x8x1024_w4_k7_u4": _gv(8, 1024, 4, split=7, ru=4),
+        "gv_1x16x1024_w8_k7_u4": _gv(16, 1024, 8, split=7, ru=4), "gv_1x8x512_w4_k14_u4": _gv(8, 512, 4, split=14, ru=4),
+        # the same with a persistent grid (4 programs per SM) fetching items from an int32 counter
+        "gv_1x8x1024_w4_k7_u4_d4": _gv(8, 1024, 4, split=7, ru=4, dyn=4),
+        "gv_1x8x512_w4_k14_u4_d4": _gv(8, 512, 4, split=14, ru=4, dyn=4),
+        "sw_16x64x256_s6": _sw(16, 64, 256, 4, 6),
+        "16x16x512_s8_k1_mm": _mm(_qc(16, 16, 512, 4, 8, split=1)),
+    }),
+    "m16_n2112": dict(Ms=(1, 16), shapes=[(7168, 2112)], keys=dict(max_m=16, max_n=2560), cands={
+        # swap-AB: 64 weight rows x 16 tokens on wgmma (m64n16k32), 33 tiles x 4 splits (or 8: 2 CTAs/SM)
+        "sw_16x64x256_s6": _sw(16, 64, 256, 4, 6), "sw_16x64x512_s4": _sw(16, 64, 512, 4, 4),
+        "sw_16x64x128_s8": _sw(16, 64, 128, 4, 8), "sw_16x64x256_s4_t264": _sw(16, 64, 256, 4, 4, target=264),
+        "sw_16x128x256_w8_s4": _sw(16, 128, 256, 8, 4), "sw_16x64x256_s4_t264_u4": _sw(16, 64, 256, 4, 4, target=264, ru=4),
+        "sw_16x64x128_s8_t264_u4": _sw(16, 64, 128, 4, 8, target=264, ru=4),
+        "sw_16x64x128_s6_t528_u4": _sw(16, 64, 128, 4, 6, target=528, ru=4),   # 14 splits of 512: 462 items, 3 CTAs/SM
+        # the mma.sync tile (current default 16x16x512_s8_k1_mm) with more CTAs / bytes per SM
+        "16x16x512_s4_k2_mm": _mm(_qc(16, 16, 512, 4, 4, split=2)), "16x16x256_s8_k1_mm": _mm(_qc(16, 16, 256, 4, 8, split=1)),
+        "16x16x1024_s4_k1_mm": _mm(_qc(16, 16, 1024, 4, 4, split=1)),
+        "16x16x512_s8_w8_k1_mm": _mm(_qc(16, 16, 512, 8, 8, split=1)),
+        "16x32x256_s8_k2_mm": _mm(_qc(16, 32, 256, 4, 8, split=2)),
+        # persistent grids (_dP: P programs per SM) taking more work items than they are, from an int32 counter
+        "16x16x512_s4_k4_mm_d2": _mm(_qc(16, 16, 512, 4, 4, split=4, ru=4, dyn=2)),
+        "16x16x256_s6_k7_mm_d3": _mm(_qc(16, 16, 256, 4, 6, split=7, ru=4, dyn=3)),
+        "sw_16x64x128_s6_t528_u4_d2": _sw(16, 64, 128, 4, 6, target=528, ru=4, dyn=2),
+    }),
+    "m64_n2112": dict(Ms=(64,), shapes=[(7168, 2112)], keys=dict(max_m=64, max_n=2560), cands={
+        "sw_64x64x256_s4": _sw(64, 64, 256, 4, 4), "sw_64x64x128_s6": _sw(64, 64, 128, 4, 6),
+        "sw_64x64x256_s3_t264": _sw(64, 64, 256, 4, 3, target=264), "sw_64x128x256_w8_s3": _sw(64, 128, 256, 8, 3),
+        "sw_64x128x128_w8_s5": _sw(64, 128, 128, 8, 5),
+        "sw_64x64x256_s4_u4": _sw(64, 64, 256, 4, 4, ru=4), "sw_64x64x128_s6_u4": _sw(64, 64, 128, 4, 6, ru=4),
+        "sw_64x128x256_w8_s3_u4": _sw(64, 128, 256, 8, 3, ru=4),
+        "64x16x256_s6_k1": _qc(64, 16, 256, 4, 6, split=1), "64x32x256_s5_t264": _qc(64, 32, 256, 4, 5, target=264),
+        "sw_64x64x128_s6_t528_u4_d2": _sw(64, 64, 128, 4, 6, target=528, ru=4, dyn=2),
+    }),
+    "m128_n2112": dict(Ms=(128,), shapes=[(7168, 2112)], keys=dict(max_m=128, max_n=2560), cands={
+        # swap-AB: weights read once per M (one 128-token tile), 64/128 weight rows per tile
+        "sw_128x64x128_s6": _sw(128, 64, 128, 4, 6), "sw_128x64x256_s4": _sw(128, 64, 256, 4, 4),
+        "sw_128x64x128_s4_t264": _sw(128, 64, 128, 4, 4, target=264),
+        "sw_128x128x128_w8_s5": _sw(128, 128, 128, 8, 5), "sw_128x128x64_w8_s6": _sw(128, 128, 64, 8, 6),
+        "sw_128x64x128_s6_u2": _sw(128, 64, 128, 4, 6, ru=2), "sw_128x128x128_w8_s5_u2": _sw(128, 128, 128, 8, 5, ru=2),
+        # 128 tokens x 16 columns: 132 tiles, no split, weights once (x re-read from L2 by every tile)
+        "128x16x256_s4": _qc(128, 16, 256, 4, 4), "128x16x128_s6": _qc(128, 16, 128, 4, 6),
+        "128x32x256_s4": _qc(128, 32, 256, 4, 4),
+        "sw_128x64x128_s4_t528_u2_d2": _sw(128, 64, 128, 4, 4, target=528, ru=2, dyn=2),
+    }),
+    "m128_qb": dict(Ms=(128,), shapes=[(1536, 24576)], keys=dict(max_m=128, min_n=8192), cands={
+        # fewer re-reads of the 128x1536 x tile (384 x 196 KB from L2 with BN64): wider weight tiles; 96 / 192
+        # tiles leave a partial last wave on 132 SMs (the default's 384 tiles do not), so also 2 K splits
+        "128x128x128_w8_s4_k2": _qc(128, 128, 128, 8, 4, split=2), "sw_128x128x128_w8_s4_k2": _sw(128, 128, 128, 8, 4, split=2),
+        # the default tile (384 tiles = 2.9 waves) with a persistent grid of 1 / 2 programs per SM fetching tiles
+        "128x64x128_s4_d1": _qc(128, 64, 128, 4, 4, dyn=1), "128x64x128_s4_d2": _qc(128, 64, 128, 4, 4, dyn=2),
+        "128x256x128_w8_s3": _qc(128, 256, 128, 8, 3), "128x128x256_w8_s3": _qc(128, 128, 256, 8, 3),
+        "128x128x128_w4_s4": _qc(128, 128, 128, 4, 4),
+        "sw_128x64x128_s6": _sw(128, 64, 128, 4, 6), "sw_128x128x128_w8_s4": _sw(128, 128, 128, 8, 4),
+        "sw_128x256x128_w8_s3": _sw(128, 256, 128, 8, 3),   # (with 2 splits it spills 172 B offline: left out)
+    }),
 }
-QMM_SHAPES2 = [(7168, 2112), (1536, 24576)]
-QMM_MS = {16: (1, 4, 16)}
-# (M bucket, K, N) pairs the sweep skips: q_b (K1536 N24576) already meets its floor at M <= 64
-QMM_SKIP = {(16, 1536, 24576)}
 ROW_SHAPES = [(4096, 7168, True), (4096, 7168, False), (4096, 1536, True), (128, 7168, True), (16, 7168, True),
               (1, 7168, True), (16, 1536, True), (128, 1536, True)]  # (T, H, smooth scales)
 PIPE_MKN = (4096, 7168, 2048)
@@ -521,52 +596,50 @@ def sweep_rows(S: _Sweep, data):
 def prepare_qmm(S: _Sweep):
     dev = S.dev
     sets = {}
-    for K, N in QMM_SHAPES2:
-        nc = copies_for(K * N)
-        for bucket, Ms in QMM_MS.items():
-            for M in Ms:
-                sets[(M, K, N)] = qmm_inputs(M, K, N, dev, nc)
+    for grp in QMM_GROUPS.values():
+        for K, N in grp["shapes"]:
+            for M in grp["Ms"]:
+                if (M, K, N) not in sets:
+                    sets[(M, K, N)] = qmm_inputs(M, K, N, dev, copies_for(K * N))
     jobs = []
-    for bucket, Ms in QMM_MS.items():
-        for name, c in QMM_CANDS[bucket].items():
-            for K, N in QMM_SHAPES2:
-                if (bucket, K, N) in QMM_SKIP:
-                    continue
-                M = Ms[-1]
-                jobs.append((f"{bucket} {name} {K} {N}", lambda c=c, s=sets[(M, K, N)][0]: TQ.quant_matmul_config(*s, config=c)))
+    for gname, grp in QMM_GROUPS.items():
+        for name, c in grp["cands"].items():
+            for K, N in grp["shapes"]:
+                M = grp["Ms"][-1]
+                jobs.append((f"{gname} {name} {K} {N}", lambda c=c, s=sets[(M, K, N)][0]: TQ.quant_matmul_config(*s, config=c)))
     return sets, jobs
 
 
 def sweep_qmm(S: _Sweep, sets):
     dev = S.dev
     emit("\n## sweep2: quant_matmul decode (K-major int8 weights rotated past L2, bf16 out, µs per call, CUDA-graph replay)\n")
-    emit("| M | K | N | candidate | split | µs | weight GB/s | % of copy | check |")
-    emit("|---|---|---|---|---|---|---|---|---|")
-    for bucket, Ms in QMM_MS.items():
-        for M in Ms:
-            for K, N in QMM_SHAPES2:
-                if (bucket, K, N) in QMM_SKIP:
-                    continue
+    emit("| group | M | K | N | candidate | split | work items | µs | weight GB/s | % of copy | check |")
+    emit("|---|---|---|---|---|---|---|---|---|---|---|")
+    for gname, grp in QMM_GROUPS.items():
+        for M in grp["Ms"]:
+            for K, N in grp["shapes"]:
                 ss = sets[(M, K, N)]
-                ref = RQ.quant_matmul(*ss[0])
-                for name in ["default"] + list(QMM_CANDS[bucket]):
+                ref = RQ.quant_matmul(*ss[0], out_dtype=QMM_OUT[0])
+                for name in ["default"] + list(grp["cands"]):
                     if S.late():
                         emit("<!-- sweep2 budget spent -->")
                         return
-                    c = None if name == "default" else QMM_CANDS[bucket][name]
+                    c = None if name == "default" else grp["cands"][name]
                     try:
-                        o1 = TQ.quant_matmul_config(*ss[0], config=c)
-                        o2 = TQ.quant_matmul_config(*ss[0], config=c)
+                        o1 = TQ.quant_matmul_config(*ss[0], config=c, out_dtype=QMM_OUT[0])
+                        o2 = TQ.quant_matmul_config(*ss[0], config=c, out_dtype=QMM_OUT[0])
                         bad = "" if torch.equal(o1, ref) and torch.equal(o2, ref) else \
                             f"differs from the reference (max {(o1.float() - ref.float()).abs().max().item():.3g})"
                         t = time_qmm(ss, c)
                         plan = TQ.plan_quant_matmul(M, N, K, dev, c)
                     except Exception as e:  # noqa: BLE001
-                        emit(f"<!-- qmm {name} M={M} K={K} N={N}: {type(e).__name__}: {str(e)[:200]} -->")
+                        emit(f"<!-- qmm {gname} {name} M={M} K={K} N={N}: {type(e).__name__}: {str(e)[:200]} -->")
                         continue
+                    items = -(-M // int(plan["BLOCK_M"])) * -(-N // int(plan["BLOCK_N"])) * plan["SPLIT_K"]
                     wgbs = K * N / (t * 1e-6) / 1e9
-                    emit(f"| {M} | {K} | {N} | {name} | {plan['SPLIT_K']} | {t:.2f} | {wgbs:.0f} | {100 * wgbs / S.bw:.0f}% | {bad or 'exact'} |")
-                    S.results.append(dict(kind="qmm", bucket=bucket, M=M, K=K, N=N, name=name, config=c, us=t, ok=not bad,
+                    emit(f"| {gname} | {M} | {K} | {N} | {name} | {plan['SPLIT_K']} | {items} | {t:.2f} | {wgbs:.0f} | "
+                         f"{100 * wgbs / S.bw:.0f}% | {bad or 'exact'} |")
+                    S.results.append(dict(kind="qmm", bucket=gname, M=M, K=K, N=N, name=name, config=c, us=t, ok=not bad,
                                           ideal=K * N / (S.bw * 1e9) * 1e6))
     # the counters must be back at zero after all those calls
     bad_cnt = [k for k, (buf, _) in TQ._COUNTERS.items() if int(buf.abs().sum().item()) != 0]
@@ -628,7 +701,7 @@ def _winners(S: _Sweep):
                  f"(default {score.get('default', float('nan')):.3f}); {detail}")
             if op == "dynamic_quant" and cls.startswith("large"):
                 row_large = {k: v for k, v in cfg.items() if k != "max_m"} if cfg else None
-    for bucket in QMM_MS:
+    for bucket, grp in QMM_GROUPS.items():
         rs = [r for r in S.results if r["kind"] == "qmm" and r["bucket"] == bucket]
         keys = sorted({(r["M"], r["K"], r["N"]) for r in rs})
         score = {}
@@ -638,15 +711,16 @@ def _winners(S: _Sweep):
                 continue
             score[name] = max(mine[k]["us"] / mine[k]["ideal"] for k in keys)  # worst shape: t / t_copy
         if not score:
-            emit(f"WINNER quant_matmul max_m={bucket}: none measured")
+            emit(f"WINNER quant_matmul {bucket}: none measured")
             continue
         best = min(score, key=score.get)
-        cfg = QMM_CANDS[bucket].get(best) if best != "default" else None
+        cfg = grp["cands"].get(best) if best != "default" else None
         detail = ", ".join(f"M={k[0]} K={k[1]} N={k[2]}: {next(r['us'] for r in rs if r['name'] == best and (r['M'], r['K'], r['N']) == k):.2f} µs" for k in keys)
         pct = 100 / score[best]
         dpct = 100 / score["default"] if "default" in score else float("nan")
-        emit(f"WINNER quant_matmul max_m={bucket}: {json.dumps(dict(cfg, max_m=bucket)) if cfg else '(the quant.json default)'}  "
-             f"worst shape at {pct:.0f}% of copy BW (floor 50%: {'met' if pct >= 50 else 'NOT met'}; default {dpct:.0f}%); {detail}")
+        emit(f"WINNER quant_matmul {bucket}: {json.dumps(dict(grp['keys'], **cfg)) if cfg else '(the quant.json default)'}  "
+             f"{best} worst shape at {pct:.0f}% of copy BW (floor 50%: {'met' if pct >= 50 else 'NOT met'}; "
+             f"default {dpct:.0f}%); {detail}")
     return row_large
 
 
@@ -699,13 +773,14 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="with --sweep2: CPU interpreter, tiny shapes (code check only)")
     args = ap.parse_args()
     if args.smoke:
-        global ROW_SHAPES, QMM_SHAPES2, QMM_MS, PIPE_MKN
+        global ROW_SHAPES, PIPE_MKN
         SMOKE[0] = True
         ROW_SHAPES = [(300, 96, True), (300, 96, False), (3, 96, True), (3, 40, True)]
-        QMM_SHAPES2, QMM_MS, PIPE_MKN = [(512, 64)], {16: (1, 16)}, (40, 256, 64)
-        for b in QMM_CANDS.values():  # interpreter: keep it quick
-            for k in list(b)[3:]:
-                del b[k]
+        PIPE_MKN = (40, 256, 64)
+        QMM_OUT[0] = torch.float32
+        for grp in QMM_GROUPS.values():  # interpreter: tiny shapes, every candidate (each kernel variant runs)
+            grp["shapes"] = [(1152, 80)]   # K not a multiple of BLOCK_K >= 256, N not a multiple of BLOCK_N
+            grp["Ms"] = tuple(sorted({1, min(grp["Ms"][-1], 20)}))
         for k in list(ROW_CANDS)[5:]:
             ROW_SMALL[:] = [n for n in ROW_SMALL if n != k]
             ROW_LARGE.remove(k)

@@ -461,16 +461,22 @@ def test_cuda_graph_capture(monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["bf16", "partial_c8"])
-def test_P2_P3_cuda_table_prefetch_programs_write_nothing_with_checks_off(mode, monkeypatch):
+@pytest.mark.parametrize("row", [{}, {"parts": 2}, {"prefetch_tail": 1}, {"parts": 2, "prefetch_tail": 1, "num_warps": 8}])
+def test_P2_P3_cuda_table_prefetch_programs_write_nothing_with_checks_off(mode, row, monkeypatch, row_cfg):
     """The "cuda" table's row kernel (W_UK L2-prefetch programs after the token programs, their store masked
     off; PRE_UK chunks in the query kernel) with DS_OPS_CHECKS=0, −1 and out-of-range cache ids: the caches,
     held inside larger buffers with guard blocks, change only in the valid rows; every input (W_UK included,
     which the prefetch programs read) stays bit-identical; the outputs match the reference."""
     monkeypatch.setenv("DS_OPS_CHECKS", "0")
     monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    row_cfg("cuda", **row)
     inp = small(mode, T=7, seed=21)
     p = K.plan(7, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda")
     assert p["row"]["PF_BLOCK"] > 0 and p["row"]["grid"] > p["row"]["n_row"], "prefetch programs must run here"
+    parts = row.get("parts", 1)
+    assert p["row"]["n_row"] == 7 * parts and p["row"]["PARTS"] == parts
+    # prefetch_tail: only the W_UK columns after the query kernel's PRE_UK chunks (2 × 128 of 512)
+    assert (p["row"]["pf_c0"], p["row"]["PF_W"]) == ((256, 256) if row.get("prefetch_tail") else (0, 0))
     guards = {}
     for name in ("kv_cache", "kr_cache"):
         c = inp[name]
@@ -512,3 +518,144 @@ def test_P2_P3_cuda_table_prefetch_programs_write_nothing_with_checks_off(mode, 
         keep[w] = False
         keep = keep.to(f.device)
         assert torch.equal(bits(f[keep]), bits(fb[keep])), f"{name}: a row that must not be written changed"
+
+
+# ----------------------------------------------------------------------------------------------
+# row kernel with two work items per token (config "row": {"parts": 2}): (t, 0) = cq → cqn,
+# (t, 1) = ckv / kr → caches, on separate programs
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture
+def row_cfg(monkeypatch):
+    """``row_cfg(table, **row)``: the launcher sees config table ``table`` with ``row`` entries replaced; the
+    memoised plans are dropped before and after (they are keyed by table name, not by its contents)."""
+    import copy
+    orig = K._all_configs
+
+    def use(table, **row):
+        cfg = copy.deepcopy(orig())
+        cfg[table]["row"].update(row)
+        monkeypatch.setattr(K, "_all_configs", lambda: cfg)
+        K._cached_plan.cache_clear()
+        K._cached_launch.cache_clear()
+        return cfg
+    yield use
+    K._cached_plan.cache_clear()
+    K._cached_launch.cache_clear()
+
+
+@pytest.mark.parametrize("mode", M.MODES)
+@pytest.mark.parametrize("T", [1, 19])
+def test_row_parts2_modes_match_reference(mode, T, table, row_cfg):
+    """Every mode with the row work split over two programs per token (outputs poisoned, unused cache slots
+    NaN / random int8 and compared bit for bit: see compare)."""
+    row_cfg(table, parts=2)
+    p = K.plan(T, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key=table)
+    assert p["row"]["PARTS"] == 2
+    compare(small(mode, T=T, seed=40 + T))
+
+
+@pytest.mark.parametrize("mode", ["bf16", "a8w8_c8", "partial_c8"])
+def test_row_parts2_persistent_loop_and_odd_dims(mode, table, row_cfg):
+    """parts 2 with fewer row programs than work items (grid_cap 3: each program loops over (token, part)
+    items of both kinds) and dims that are not powers of two (masks); split-K over He = 1000."""
+    row_cfg(table, parts=2, grid_cap=3)
+    p = K.plan(5, 40, 72, 3, 48, 24, 80, torch.device(DEV), backend_key=table)
+    assert p["row"]["n_row"] == 3
+    compare(small(mode, T=5, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=41))
+    compare(small(mode, T=4, He=1000, seed=42))
+
+
+@pytest.mark.parametrize("mode", ["bf16", "a8w8_c8"])
+def test_P2_P3_row_parts2_out_of_range_never_writes(mode, table, row_cfg, monkeypatch):
+    """parts 2: −1 and out-of-range cache ids (checks off) leave guard blocks around the caches and every
+    unlisted row bit-identical; the kv / kr rows come from the second program of a token."""
+    monkeypatch.setenv("DS_OPS_CHECKS", "0")
+    row_cfg(table, parts=2)
+    inp = small(mode, T=6, seed=43)
+    guards = {}
+    for name in ("kv_cache", "kr_cache"):
+        c = inp[name]
+        buf = torch.full((c.shape[0] + 2,) + tuple(c.shape[1:]), float("nan")).to(c.dtype) if c.is_floating_point() \
+            else torch.randint(-127, 128, (c.shape[0] + 2,) + tuple(c.shape[1:]), dtype=c.dtype)
+        buf = buf.to(c.device)
+        buf[1:-1] = c
+        inp[name] = buf[1:-1]
+        guards[name] = buf
+    slots = inp["kv_cache"].shape[0] * inp["kv_cache"].shape[1]
+    idx = inp["cache_index"].clone()
+    idx[1], idx[2], idx[5] = -1, slots, slots + 3
+    inp["cache_index"] = idx
+    before = {k: v.clone() for k, v in guards.items()}
+    expect = clone(inp)
+    expect["cache_index"] = torch.where(idx >= slots, -1, idx)
+    with ops.backend("reference"):
+        want = M.mla_prolog(**expect)
+    got = run(inp)
+    if got[0].dtype == torch.int8:
+        _int8_close(got[0], want[0], "query")
+    else:
+        assert_close(got[0], want[0], KIND, name="query")
+    assert_close(got[1], want[1], KIND, name="query_rope")
+    for name, buf in guards.items():
+        assert torch.equal(bits(buf[0]), bits(before[name][0])) and torch.equal(bits(buf[-1]), bits(before[name][-1])), \
+            f"{name}: a guard block outside the cache was written"
+        f, fe = inp[name].reshape(-1, buf.shape[-1]), expect[name].reshape(-1, buf.shape[-1])
+        ok = idx[(idx >= 0) & (idx < slots)].cpu()
+        keep = torch.ones(f.shape[0], dtype=torch.bool)
+        keep[ok] = False
+        keep = keep.to(f.device)
+        assert torch.equal(bits(f[keep]), bits(before[name][1:-1].reshape(-1, buf.shape[-1])[keep])), \
+            f"{name}: a row that must not be written changed"
+        if f.dtype == torch.int8:
+            _int8_close(f[ok.to(f.device)], fe[ok.to(f.device)], name)
+        else:
+            assert_close(f[ok.to(f.device)], fe[ok.to(f.device)], KIND, name=name)
+
+
+# ----------------------------------------------------------------------------------------------
+# query kernel with the absorption split over two programs per (head, token tile) (config "query":
+# {"absorb_split": 2}): each computes the head's GEMM, absorbs half of Hckv; the first stores query_rope
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture
+def query_cfg(monkeypatch):
+    """``query_cfg(table, **entries)``: every query bucket of config table ``table`` gets ``entries``
+    (memoised plans dropped before and after, as in ``row_cfg``)."""
+    import copy
+    orig = K._all_configs
+
+    def use(table, **entries):
+        cfg = copy.deepcopy(orig())
+        for key in ("buckets", "buckets_int8"):
+            for b in cfg[table]["query"].get(key, []):
+                b.update(entries)
+        monkeypatch.setattr(K, "_all_configs", lambda: cfg)
+        K._cached_plan.cache_clear()
+        K._cached_launch.cache_clear()
+        return cfg
+    yield use
+    K._cached_plan.cache_clear()
+    K._cached_launch.cache_clear()
+
+
+@pytest.mark.parametrize("mode", M.MODES)
+@pytest.mark.parametrize("T", [1, 19])
+def test_query_absorb_split_modes_match_reference(mode, T, table, query_cfg):
+    """absorb_split 2 in every mode (full + C8 quantises query per row over all Hckv columns: the launch
+    keeps one program per head there); outputs poisoned, caches compared (compare)."""
+    query_cfg(table, absorb_split=2)
+    p = K.plan(T, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key=table, int8_query=mode != "bf16")
+    assert p["query"]["CSPLIT"] == 2 and p["query"]["grid"] == min(2 * p["query"]["grid1"], p["query"]["grid"])
+    compare(small(mode, T=T, seed=50 + T))
+
+
+@pytest.mark.parametrize("entries", [dict(PRE_UK=1, BLOCK_C=64), dict(PRE_UK=0, BLOCK_C=64), dict(PRE_UK=2, BLOCK_C=32)])
+@pytest.mark.parametrize("mode", ["bf16", "partial"])
+def test_query_absorb_split_pre_uk_chunks_and_odd_dims(mode, entries, query_cfg):
+    """"cuda" table: the half's PRE_UK chunks (loaded before the K loop) + the chunk loop over the rest of
+    the half; Hckv 80 (halves of 64 / 16 columns or one empty half) and D / Dr not powers of two; He 1000
+    (split-K)."""
+    query_cfg("cuda", absorb_split=2, **entries)
+    import unittest.mock as um
+    with um.patch.object(K, "_backend_key", lambda device: "cuda"):
+        compare(small(mode, T=3, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=51))
+        compare(small(mode, T=2, He=1000, seed=52))

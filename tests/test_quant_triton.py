@@ -29,13 +29,36 @@ pytestmark = [requires_triton, pytest.mark.interpreter]
 
 T = pytest.importorskip("ops.triton.quant")
 
+# The kernels here run on CPU tensors, which needs the interpreter (conftest sets TRITON_INTERPRET=1 only when
+# there is no CUDA device). On a CUDA machine those tests are skipped; the ones marked @_gpu (CUDA graphs, bf16 on
+# the device) run only there, the ones marked @_host (plans and configs, no kernel launch) run everywhere.
+_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_GPU_TESTS: set = set()
+_HOST_TESTS: set = set()
+
+
+def _gpu(fn):
+    """A test that needs a CUDA device (skipped elsewhere) and runs there without the interpreter."""
+    _GPU_TESTS.add(fn.__name__)
+    return pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn)
+
+
+def _host(fn):
+    """A test that launches no kernel (plans, configs): runs with or without the interpreter."""
+    _HOST_TESTS.add(fn.__name__)
+    return fn
+
 
 # ----------------------------------------------------------------------------------------------
 # fixtures
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
-def _poison_and_triton(monkeypatch):
-    """Kernel outputs start as NaN / INT_MIN; ops run on the triton backend."""
+def _poison_and_triton(request, monkeypatch):
+    """Kernel outputs start as NaN / INT_MIN; ops run on the triton backend. Without the interpreter (a CUDA
+    machine) only @_gpu and @_host tests run: the rest launch kernels on CPU tensors."""
+    name = request.node.originalname
+    if not _INTERPRETED and name not in _GPU_TESTS and name not in _HOST_TESTS:
+        pytest.skip("runs Triton kernels on CPU tensors: needs TRITON_INTERPRET=1 (conftest sets it without CUDA)")
     monkeypatch.setattr(torch, "empty", poisoned_empty)
     with ops.backend("triton"):
         yield
@@ -271,6 +294,7 @@ def test_split_k_is_exact_and_deterministic(M, K, N, table, gen):
     assert_close(o1, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), "fp32")
 
 
+@_host
 def test_split_k_is_used_for_small_m():
     plan = T.plan_quant_matmul(1, 2112, 7168, torch.device("cpu"), backend_key="ascend")
     assert plan["SPLIT_K"] > 1 and plan["K_PER_SPLIT"] % plan["BLOCK_K"] == 0
@@ -316,6 +340,7 @@ def test_dynamic_quant_hypothesis(rows, K, smooth, dtype, seed):
 # ----------------------------------------------------------------------------------------------
 # module contract: supports_reason, configs, Ascend compile cases
 # ----------------------------------------------------------------------------------------------
+@_host
 def test_supports_reason(gen):
     x = torch.randn(2, 8)
     assert T.supports_reason_dynamic_quant(x) is None
@@ -326,6 +351,7 @@ def test_supports_reason(gen):
     assert "int8" in T.supports_reason_quant_matmul(xi.float(), torch.zeros(8, 4, dtype=torch.int8), torch.ones(4), torch.ones(2))
 
 
+@_host
 def test_configs_are_data_for_both_backends_and_fit_ascend_buffers():
     with open(os.path.join(os.path.dirname(T.__file__), "configs", "quant.json")) as f:
         cfg = json.load(f)
@@ -343,6 +369,7 @@ def test_configs_are_data_for_both_backends_and_fit_ascend_buffers():
         assert cfg["ascend"][op]["tile_elems"] * 4 * 8 <= 192 << 10, "≈8 live fp32 tiles in the 192 KiB UB"
 
 
+@_host
 def test_ascend_compile_cases_match_the_kernels():
     cases = T.ascend_compile_cases()
     names = [c["name"] for c in cases]
@@ -452,6 +479,7 @@ def test_fast_rms_norm_dynamic_quant_is_bit_identical_to_div_rn(tiles, gen):
     assert outs[1][1][3] == 0 and (outs[1][0][3] == 0).all()
 
 
+@_host
 def test_cuda_row_buckets_pick_by_token_count():
     small = T._cached_row_launch.__wrapped__("dynamic_quant", 16, 7168, "cuda")
     large = T._cached_row_launch.__wrapped__("dynamic_quant", 4096, 7168, "cuda")
@@ -498,6 +526,7 @@ def test_mask_m_rows_past_m_masked_not_wrapped(M, K, N, split, even, gen):
     assert_close(masked, ref, "fp32")
 
 
+@_host
 def test_decode_buckets_by_n():
     """The "cuda" table's M <= 16 decode buckets: N <= 2560 (qkv_a 2112, moe_gate 2048) one 16-column tile per
     program over all of K with x rows masked past M (43 % of copy bandwidth on the H200 vs 38 % for the split-K
@@ -515,6 +544,7 @@ def test_decode_buckets_by_n():
     assert T.plan_quant_matmul(128, 7168, 2048, cpu, backend_key="cuda")["BLOCK_M"] == 128
 
 
+@_host
 def test_split_target_per_bucket_and_counter_regions():
     b = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=5, split_k="auto")
     p1 = T.plan_quant_matmul(1, 2112, 7168, torch.device("cpu"), b, backend_key="cuda")
@@ -527,6 +557,7 @@ def test_split_target_per_bucket_and_counter_regions():
     assert big.numel() == T._CNT_REGION + 1 and int(big.abs().sum()) == 0
 
 
+@_host
 def test_qmm_bucket_min_n_picks_wide_n_tiles():
     """Buckets may name min_n: on CUDA, M 33..128 with N ≥ 8192 (q_b, N = 24576) takes the BLOCK_N 64 / BLOCK_K 128
     tiles the H200 sweep measured fastest there (13.6 vs 18.4 µs at M = 64), narrow N keeps its own bucket."""
@@ -624,7 +655,7 @@ def _cuda_atomic_split_k_case(M: int, seed: int):
     return dev, x, w, ws, xs, b, plan
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@_gpu
 def test_split_k_counters_under_cuda_graph_capture_and_a_second_stream():
     """(GPU) The first-ever atomic split-K call inside a graph capture; eager calls on the default stream and
     a side stream interleaved with replays: every result bit-identical to the two-kernel split-K path (int32
@@ -655,7 +686,7 @@ def test_split_k_counters_under_cuda_graph_capture_and_a_second_stream():
         assert int(buf.abs().sum()) == 0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@_gpu
 def test_split_k_graphs_replayed_concurrently_on_two_streams():
     """(GPU) Two graphs holding atomic split-K calls, replayed at the same time on two streams (two-batch
     overlap): each captured call owns its counters, so both stay bit-identical to the two-kernel path."""
@@ -696,6 +727,7 @@ def _cuda_plan(M, N, K, sms=132):
     return T._make_qmm_plan(M, N, K, "cuda", None, None, sms)
 
 
+@_host
 def test_gpu_split_k_helper_shape_splits():
     """The GPU graph-capture tests (_cuda_atomic_split_k_case: M 4 / 8, K 7168, N 4096) must take the atomic
     split-K path on the H200, else they skip silently: with N = 2112 they did, once the mask_m bucket (one split)
@@ -848,6 +880,7 @@ def test_mask_m_split_k_reductions_layouts_and_groups(M, K, N, split, reduce, gr
         assert int(buf.abs().sum()) == 0
 
 
+@_host
 def test_cuda_compile_cases_carry_mask_m():
     """compile_cases("cuda") (offline sm_90 register / spill reports) builds the mask_m bucket with MASK_M set and
     only the fused (one split) kernel; the other buckets keep MASK_M off; Ascend never sets it."""
@@ -860,3 +893,151 @@ def test_cuda_compile_cases_carry_mask_m():
     for table in ("cuda", "ascend"):   # buckets that share a max_m (min_n / max_n) still get distinct case names
         names = [c["name"] for c in T.compile_cases(table)]
         assert len(names) == len(set(names)), table
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 4, round 5: decode kernel variants, bucket key "mma" ("swap": swap-AB tl.dot of the transposed tiles;
+# "gemv": CUDA-core int32 products, one token row per program). Both are constexpr switches of _qmm_kernel.
+# ----------------------------------------------------------------------------------------------
+def _variant(mma, bm, bn, bk, split=1, reduce="atomic", mask_m=True, ru=1, dyn=0):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=3, split_k=split,
+                reduce=reduce, mask_m=mask_m, mma=mma, reduce_unroll=ru, dynamic=dyn)
+
+
+_VARIANT_CASES = [
+    # mma, BM, BN, BK, split, reduce, mask_m, M, K, N, weight layout, config table (cuda: wrap; ascend: masks),
+    # reduce_unroll (the last-arriving split loads that many partials at once; past SPLIT_K: clamped, counted 0x)
+    ("swap", 16, 32, 128, 1, "atomic", True, 1, 300, 40, "kmajor", "cuda"),     # K and N tails, 15 masked rows
+    ("swap", 16, 32, 128, 3, "atomic", True, 17, 700, 72, "kmajor", "cuda"),    # M = 17: a 1-row M block; short last split
+    ("swap", 16, 32, 64, 5, "atomic", True, 9, 1100, 40, "kmajor", "cuda", 4),  # 5 splits read 4 at a time
+    ("dot", 16, 16, 128, 6, "atomic", True, 3, 1500, 24, "rowmajor", "cuda", 4),  # the default MMA with unrolled reduce
+    ("gemv", 1, 8, 64, 7, "atomic", True, 2, 1300, 20, "strided", "cuda", 2),
+    ("swap", 16, 64, 64, 2, "kernel", False, 5, 512, 64, "rowmajor", "cuda"),   # wrapped rows, two-kernel reduce
+    ("swap", 32, 16, 128, 2, "atomic", True, 40, 384, 33, "strided", "ascend"),  # masked loads, any-stride weight
+    ("gemv", 1, 8, 128, 1, "atomic", True, 1, 300, 40, "kmajor", "cuda"),
+    ("gemv", 1, 4, 64, 3, "atomic", True, 3, 700, 30, "kmajor", "cuda"),        # 3 row programs per column tile
+    ("gemv", 1, 2, 256, 2, "kernel", True, 2, 1000, 9, "rowmajor", "cuda"),
+    ("gemv", 1, 16, 128, 2, "atomic", False, 4, 512, 50, "strided", "ascend"),
+]
+
+
+@pytest.mark.parametrize("case", _VARIANT_CASES,
+                         ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}x{c[3]}-k{c[4]}{c[5][0]}-M{c[7]}K{c[8]}N{c[9]}-{c[10]}-{c[11]}"
+                                       + (f"-u{c[12]}" if len(c) > 12 else ""))
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_mma_variants_bit_identical_to_reference(case, out_dtype, gen):
+    """Swap-AB and GEMV tiles (poisoned outputs, bias, M / K / N not multiples of the tile, split-K with both
+    reductions and an unrolled last-split reduction, every weight layout, wrapped and masked loads):
+    bit-identical to the reference, counters left at zero."""
+    mma, bm, bn, bk, split, reduce, mask_m, M, K, N, layout, table = case[:12]
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout=layout, bias=True)
+    cfg = _variant(mma, bm, bn, bk, split, reduce, mask_m, ru=case[12] if len(case) > 12 else 1)
+    assert T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key=table)["SPLIT_K"] == split
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg, backend_key=table)
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype)
+    if split > 1 and reduce == "atomic":
+        buf, _ = T._COUNTERS[("cpu", None)]
+        assert int(buf.abs().sum()) == 0
+
+
+@pytest.mark.parametrize("mma", ["swap", "gemv"])
+def test_mma_variants_non_contiguous_x_and_no_bias(mma, gen):
+    """x a column slice of a wider tensor (row stride K + 5), no bias, fp32 out."""
+    M, K, N = 3, 520, 24
+    x0, w, ws, xs, _ = _qmm_inputs(M, K, N, gen)
+    wide = torch.randint(-127, 128, (M, K + 5), generator=gen, dtype=torch.int8)
+    wide[:, 2:2 + K] = x0
+    x = wide[:, 2:2 + K]
+    cfg = _variant(mma, 16 if mma == "swap" else 1, 16, 128, split=2)
+    out = T.quant_matmul_config(x, w, ws, xs, out_dtype=torch.float32, config=cfg, backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x0, w, ws, xs, out_dtype=torch.float32), torch.float32)
+
+
+@settings(max_examples=10)
+@given(M=st.integers(1, 20), K=st.integers(1, 600), N=st.integers(1, 70), mma=st.sampled_from(["swap", "gemv"]),
+       split=st.integers(1, 3), seed=st.integers(0, 2**31 - 1))
+def test_mma_variants_hypothesis(M, K, N, mma, split, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
+    cfg = _variant(mma, 16 if mma == "swap" else 1, 16, 64, split=split)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "empty", poisoned_empty)
+        out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+
+
+def test_mma_variant_config_errors(gen):
+    x, w, ws, xs, _ = _qmm_inputs(2, 64, 16, gen)
+    with pytest.raises(ValueError, match="BLOCK_M must be 1"):
+        T.quant_matmul_config(x, w, ws, xs, config=_variant("gemv", 16, 16, 64), backend_key="cuda")
+    with pytest.raises(ValueError, match="BLOCK_K a multiple of 16"):
+        T.quant_matmul_config(x, w, ws, xs, config=_variant("gemv", 1, 16, 8), backend_key="cuda")
+    with pytest.raises(ValueError, match="mma must be one of"):
+        T.quant_matmul_config(x, w, ws, xs, config=_variant("wgmma", 16, 16, 64), backend_key="cuda")
+
+
+@pytest.mark.parametrize("mma,bm,split,reduce,dyn,M,K,N", [
+    ("dot", 16, 1, "atomic", 1, 40, 300, 70),      # 3 x 5 tiles, no split: 15 items over a 20-program grid
+    ("dot", 16, 4, "atomic", 1, 3, 1100, 150),     # 10 tiles x 4 splits = 40 items > 20 programs: fetched
+    ("swap", 16, 3, "kernel", 2, 17, 700, 72),     # two-kernel reduction, counters used only for fetching
+    ("gemv", 1, 7, "atomic", 1, 2, 1300, 90),      # 2 rows x 12 tiles x 7 splits = 168 items
+])
+def test_dynamic_work_fetching_bit_identical_and_counters_reset(mma, bm, split, reduce, dyn, M, K, N, gen):
+    """``dynamic``: a persistent grid (the interpreter's 20 "SMs" x dyn programs) takes work items from an int32
+    counter; results bit-identical to the reference across repeated calls (the counters start at 0 each call:
+    the last program resets them), every counter back at 0."""
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
+    cfg = _variant(mma, bm, 16, 64 if mma != "swap" else 128, split, reduce, ru=2, dyn=dyn)
+    ref = R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float16)
+    for _ in range(2):
+        out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float16, config=cfg, backend_key="cuda")
+        _exact_vs_reference(out, ref, torch.float16)
+        buf, _ = T._COUNTERS[("cpu", None)]
+        assert int(buf.abs().sum()) == 0
+
+
+@_host
+def test_compile_cases_carry_the_mma_switch(monkeypatch):
+    """compile_cases builds a bucket's "mma" into the MMA constexpr (offline sm_90 / Ascend compile of a winner)."""
+    cfgs = json.loads(json.dumps(T._all_configs()))
+    cfgs["cuda"]["quant_matmul"]["buckets"].insert(0, dict(_variant("swap", 16, 64, 256), max_m=1, max_n=2560))
+    cfgs["cuda"]["quant_matmul"]["buckets"].insert(0, dict(_variant("gemv", 1, 8, 512, dyn=2), max_m=1, max_n=2560))
+    monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
+    cases = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_kernel]
+    mmas = [c["constexprs"]["MMA"] for c in cases]
+    assert mmas.count(2) == 4 and mmas.count(1) == 4          # even/tail x bf16/fp16, one split each
+    dyn = [c for c in cases if c["constexprs"]["DYNAMIC"]]
+    assert len(dyn) == 4 and all(c["signature"]["cnt_ptr"] == "*i32" and c["constexprs"]["MMA"] == 2 for c in dyn)
+    assert all(c["constexprs"]["MMA"] == 0 for c in T.ascend_compile_cases() if c["fn"] is T._qmm_kernel)
+
+
+@_gpu
+def test_gpu_mma_variants_bit_identical_and_graph_safe():
+    """(GPU) qkv_a's shape (K7168 N2112) at M 1 / 16 / 64 / 128 with swap-AB and GEMV tiles, unrolled split-K
+    reductions and persistent grids with dynamic work fetching, bf16 out: bit-identical to the default path and to
+    the CPU reference (fp32 out), a CUDA-graph replay equals the eager call, the counters end at zero."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(11)
+    K, N = 7168, 2112
+    for M, cfg in ((1, _variant("gemv", 1, 4, 1024)), (1, _variant("swap", 16, 64, 256, split="auto")),
+                   (16, _variant("swap", 16, 64, 256, split=4)), (64, _variant("swap", 64, 64, 128, split="auto")),
+                   (128, _variant("swap", 128, 64, 128, split="auto")),
+                   (1, _variant("gemv", 1, 8, 512, split=14, ru=4, dyn=4)),
+                   (16, _variant("dot", 16, 16, 256, split=7, ru=4, dyn=3))):
+        x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
+        ref32 = R.quant_matmul(x, w, ws, xs, out_dtype=torch.float32)   # no bias: no FMA contraction question
+        x, w, ws, xs, b = (t.to(dev) for t in (x, w, ws, xs, b))
+        o32 = T.quant_matmul_config(x, w, ws, xs, out_dtype=torch.float32, config=cfg)
+        assert torch.equal(o32.cpu(), ref32), (M, cfg)
+        want = T.quant_matmul(x, w, ws, xs, bias=b)
+        eager = T.quant_matmul_config(x, w, ws, xs, bias=b, config=cfg)
+        assert torch.equal(eager, want), (M, cfg)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out_g = T.quant_matmul_config(x, w, ws, xs, bias=b, config=cfg)
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out_g, want), (M, cfg)
+    for buf, _ in T._COUNTERS.values():
+        assert int(buf.abs().sum()) == 0

@@ -96,8 +96,8 @@ def _pow2_rescale(acc, n_add, dn, fac, FGUARD: tl.constexpr):
         shifted = (sel.to(tl.int32, bitcast=True) + n_add[:, None]).to(tl.float32, bitcast=True)
     else:
         bits = acc.to(tl.int32, bitcast=True)
-        expo = (bits >> 23) & 255
-        safe = (expo >= (2 - dn.to(tl.int32))[:, None]) & (expo <= 253)
+        mag = bits & 0x7FFFFFFF                 # E·2²³ + mantissa: E ≥ e ⟺ mag ≥ e·2²³, E ≤ 253 ⟺ mag < 254·2²³
+        safe = (mag >= ((2 - dn.to(tl.int32)) << 23)[:, None]) & (mag < 2130706432)
         shifted = (bits + n_add[:, None]).to(tl.float32, bitcast=True)
     return tl.where(safe, shifted, acc * fac[:, None])
 

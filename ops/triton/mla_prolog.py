@@ -20,7 +20,8 @@ its weights once with enough programs to fill the device:
    saturated to [−128, 127]). Negative ids and ids ≥ num_blocks·block_size are never written (masked
    stores, so the kernel cannot write outside the cache even with eager checks off). ``SPLIT_K`` is a
    constexpr here and every load of a token is issued before its first use (latency, not bytes, is what
-   this kernel costs). On CUDA extra programs read W_UK into L2 (evict-last hint) meanwhile: HBM is idle
+   this kernel costs). Config ``row.parts`` 2 splits a token over two programs (cq → cqn on one, ckv / kr →
+   caches on the other): at T = 1 the row is otherwise ~2000 dependent instructions of a single program. On CUDA extra programs read W_UK into L2 (evict-last hint) meanwhile: HBM is idle
    during this kernel, and the query kernel reads W_UK only after its K loop.
 3. :func:`_query_kernel` — one program per (head, token tile): ``cqn @ W_UQ_QR[:, head]`` over the head's
    D nope columns and its Dr rope columns (contiguous tiles); epilogue: dequant (int8) → round to dt →
@@ -268,38 +269,131 @@ def _dequant_round(acc, wsc, xs, dt, INT8: tl.constexpr):
 
 
 @triton.jit
+def _row_cq(acc_q, wsc_q, xs, g_q, sm, cq_c, cq_m, tq, Hcq, eps_cq, cqn_ptr, cqs_ptr, s_cqn, dt,
+            INT8: tl.constexpr, QUANT_CQ: tl.constexpr, HAS_SMOOTH: tl.constexpr, BLOCK_Q: tl.constexpr,
+            ASCEND: tl.constexpr):
+    """cq (split-K sum ``acc_q``) → cqn row of token ``tq`` (dt; or int8 + per-token scale when QUANT_CQ)."""
+    cq = _dequant_round(acc_q, wsc_q, xs, dt, INT8)
+    y = _rms_norm(cq, cq_m, g_q, Hcq, eps_cq, ASCEND)
+    if QUANT_CQ:
+        if HAS_SMOOTH:
+            y = y * sm
+        y = tl.where(cq_m, y, 0.0)
+        if ASCEND:  # [1, BLOCK_Q] row, [1] scale: no scalar div_rn (see _rms_norm)
+            y2 = tl.reshape(y, [1, BLOCK_Q])
+            amax = tl.max(tl.abs(y2), axis=1)
+            nan_count = tl.sum((y2 != y2).to(tl.int32), axis=1)
+            scale = tl.math.div_rn(amax, tl.full([1], 127.0, tl.float32))
+            scale = tl.where(nan_count > 0, float("nan"), scale)
+            safe = tl.where(scale > 0, scale, 1.0)
+            v = tl.math.div_rn(y2, tl.broadcast_to(safe[:, None], [1, BLOCK_Q]))
+            v = tl.reshape(tl.where(scale[:, None] > 0, v, 0.0), [BLOCK_Q])
+            tl.store(cqn_ptr + tq * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
+            tl.store(cqs_ptr + tq + tl.arange(0, 1), scale)
+        else:
+            amax = tl.max(tl.abs(y), axis=0)
+            nan_count = tl.sum((y != y).to(tl.int32), axis=0)
+            scale = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
+            scale = tl.where(nan_count > 0, float("nan"), scale)
+            safe = tl.where(scale > 0, scale, 1.0)
+            v = tl.math.div_rn(y, tl.zeros_like(y) + safe)
+            v = tl.where(scale > 0, v, 0.0)
+            tl.store(cqn_ptr + tq * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
+            tl.store(cqs_ptr + tq, scale)
+    else:
+        tl.store(cqn_ptr + tq * s_cqn + cq_c, y.to(cqn_ptr.dtype.element_ty), mask=cq_m)
+
+
+@triton.jit
+def _row_kv(acc_kv, acc_e, acc_o, wsc_kv, wsc_e, wsc_o, xs, g_kv, c_lo, c_hi, s_lo, s_hi, slot, kv_c, kv_m, j, j_m,
+            Hckv, Dr2, eps_ckv, num_slots, block_size, kv_ptr, kr_ptr, qsckv_ptr, qsckr_ptr,
+            s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, dt,
+            INT8: tl.constexpr, KV_INT8: tl.constexpr, KR_INT8: tl.constexpr, BLOCK_KV: tl.constexpr,
+            BLOCK_R: tl.constexpr, ASCEND: tl.constexpr):
+    """ckv → RmsNorm → kv_cache row, kr (e = kr[0::2], o = kr[1::2]) → RoPE → kr_cache row, at cache slot
+    ``slot`` (PA_BSND: slot → (slot // block_size, slot % block_size); slots outside [0, num_slots) are not
+    written)."""
+    ckv = _dequant_round(acc_kv, wsc_kv, xs, dt, INT8)
+    kv = _rms_norm(ckv, kv_m, g_kv, Hckv, eps_ckv, ASCEND)
+    e = _dequant_round(acc_e, wsc_e, xs, dt, INT8)
+    o = _dequant_round(acc_o, wsc_o, xs, dt, INT8)
+    r_lo = e * c_lo + (-o) * s_lo
+    r_hi = o * c_hi + e * s_hi
+    ok = (slot >= 0) & (slot < num_slots)
+    slot = tl.where(ok, slot, 0)
+    okv = (tl.zeros([BLOCK_KV], tl.int32) + ok.to(tl.int32)) != 0
+    okr = (tl.zeros([BLOCK_R], tl.int32) + ok.to(tl.int32)) != 0
+    blk = slot // block_size
+    off = slot - blk * block_size
+    kv_row = kv_ptr + blk * s_kv_b + off * s_kv_s
+    kr_row = kr_ptr + blk * s_kr_b + off * s_kr_s
+    if KV_INT8:
+        qs = tl.load(qsckv_ptr + kv_c * s_qsckv, mask=kv_m, other=0.0)
+        tl.store(kv_row + kv_c * s_kv_c, _sat_int8(kv * qs, -128.0), mask=kv_m & okv)
+    else:
+        tl.store(kv_row + kv_c * s_kv_c, kv.to(kv_ptr.dtype.element_ty), mask=kv_m & okv)
+    if KR_INT8:
+        q_lo = tl.load(qsckr_ptr + j * s_qsckr, mask=j_m, other=0.0)
+        q_hi = tl.load(qsckr_ptr + (j + Dr2) * s_qsckr, mask=j_m, other=0.0)
+        tl.store(kr_row + j * s_kr_c, _sat_int8(r_lo * q_lo, -128.0), mask=j_m & okr)
+        tl.store(kr_row + (j + Dr2) * s_kr_c, _sat_int8(r_hi * q_hi, -128.0), mask=j_m & okr)
+    else:
+        tl.store(kr_row + j * s_kr_c, r_lo.to(kr_ptr.dtype.element_ty), mask=j_m & okr)
+        tl.store(kr_row + (j + Dr2) * s_kr_c, r_hi.to(kr_ptr.dtype.element_ty), mask=j_m & okr)
+
+
+@triton.jit
 def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smooth_ptr,
                 sin_ptr, cos_ptr, idx_ptr, kv_ptr, kr_ptr, qsckv_ptr, qsckr_ptr, cqn_ptr, cqs_ptr,
-                T, TCT, Hcq, Hckv, Dr, num_slots, block_size,
+                T, CT, TCT, Hcq, Hckv, Dr, num_slots, block_size,
                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_idx,
                 s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, s_cqn,
-                eps_cq, eps_ckv, n_row, pf_n, pf_flag,
+                eps_cq, eps_ckv, n_row, pf_n, pf_flag, pf_c0, pf_ld,
                 SPLIT_K: tl.constexpr, INT8: tl.constexpr, QUANT_CQ: tl.constexpr, HAS_SMOOTH: tl.constexpr,
                 KV_INT8: tl.constexpr, KR_INT8: tl.constexpr,
                 BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_R: tl.constexpr, ASCEND: tl.constexpr,
-                PF_BLOCK: tl.constexpr = 0):
-    """One token per iteration of programs ``pid < n_row``. Every global load of the iteration is issued
-    first (partials of all splits, scales, sin/cos, the slot id) so the kernel costs about one memory
-    round trip per token.
+                PF_BLOCK: tl.constexpr = 0, PARTS: tl.constexpr = 1, PF_W: tl.constexpr = 0):
+    """Work items of programs ``pid < n_row``: PARTS = 1: one token per item, every global load of the item
+    issued first (partials of all splits, scales, sin/cos, the slot id) so an item costs about one memory
+    round trip. PARTS = 2: two items per token, (t, 0) = cq → cqn and (t, 1) = ckv / kr → caches, so two
+    programs share a token's instructions (the kernel is latency-bound: one program per token at T = 1
+    executes the whole row serially). ``CT`` = Hcq + Hckv + Dr (the workspace row length; a kernel argument
+    so that Triton's divisibility specialisation vectorises the partial-sum loads).
     PF_BLOCK > 0 (CUDA): programs ``pid ≥ n_row`` read the first ``pf_n`` elements of W_UK (``dt_ptr``,
     contiguous) with an L2 evict-last hint, so the query kernel finds W_UK in L2: HBM is otherwise idle
     while this latency-bound kernel runs, and the query kernel's W_UK reads come after its K loop, where
     nothing else is in flight. The values are summed into a store that ``pf_flag`` (always 0) masks off,
-    so the loads are kept and nothing is written."""
+    so the loads are kept and nothing is written. PF_W > 0 (config ``prefetch_tail``): only the columns
+    ``[pf_c0, pf_ld)`` of the ``pf_n`` rows (length ``pf_ld``) of W_UK are read, in [PF_BLOCK // PF_W, PF_W]
+    tiles — the chunks the query kernel does not already load before its K loop (PRE_UK), so half the bytes."""
     pid = tl.program_id(0)
     if PF_BLOCK > 0:
         n_pf = tl.num_programs(0) - n_row
-        pf_items = tl.cdiv(pf_n, PF_BLOCK) * (pid >= n_row).to(tl.int32)
-        pacc = tl.zeros([PF_BLOCK], dtype=tl.float32)
-        for i in range(tl.maximum(pid - n_row, 0), pf_items, n_pf):
-            offs = tl.full([], i, tl.int64) * PF_BLOCK + tl.arange(0, PF_BLOCK)
-            pv = tl.load(dt_ptr + offs, mask=offs < pf_n, other=0.0, eviction_policy="evict_last")
-            pacc += pv.to(tl.float32)
-        never = (tl.zeros([PF_BLOCK], dtype=tl.int32) + pf_flag) != 0
-        tl.store(ws_ptr + tl.arange(0, PF_BLOCK), pacc.to(ws_ptr.dtype.element_ty), mask=never)
+        never_w = (tl.zeros([PF_BLOCK], dtype=tl.int32) + pf_flag) != 0
+        if PF_W > 0:
+            PF_R: tl.constexpr = PF_BLOCK // PF_W
+            pf_items = tl.cdiv(pf_n, PF_R) * (pid >= n_row).to(tl.int32)
+            pcol = pf_c0 + tl.arange(0, PF_W)
+            pcol_m = pcol < pf_ld
+            pacc2 = tl.zeros([PF_R, PF_W], dtype=tl.float32)
+            for i in range(tl.maximum(pid - n_row, 0), pf_items, n_pf):
+                prow = i * PF_R + tl.arange(0, PF_R)
+                offs2 = prow.to(tl.int64)[:, None] * pf_ld + pcol[None, :]
+                pv2 = tl.load(dt_ptr + offs2, mask=(prow < pf_n)[:, None] & pcol_m[None, :], other=0.0,
+                              eviction_policy="evict_last")
+                pacc2 += pv2.to(tl.float32)
+            never = (tl.zeros([PF_W], dtype=tl.int32) + pf_flag) != 0
+            tl.store(ws_ptr + tl.arange(0, PF_W), tl.sum(pacc2, axis=0).to(ws_ptr.dtype.element_ty), mask=never)
+        else:
+            pf_items = tl.cdiv(pf_n, PF_BLOCK) * (pid >= n_row).to(tl.int32)
+            pacc = tl.zeros([PF_BLOCK], dtype=tl.float32)
+            for i in range(tl.maximum(pid - n_row, 0), pf_items, n_pf):
+                offs = tl.full([], i, tl.int64) * PF_BLOCK + tl.arange(0, PF_BLOCK)
+                pv = tl.load(dt_ptr + offs, mask=offs < pf_n, other=0.0, eviction_policy="evict_last")
+                pacc += pv.to(tl.float32)
+            tl.store(ws_ptr + tl.arange(0, PF_BLOCK), pacc.to(ws_ptr.dtype.element_ty), mask=never_w)
     nprog = n_row
     dt = dt_ptr.dtype.element_ty
-    CT = Hcq + Hckv + Dr
     Dr2 = Dr // 2
     cq_c = tl.arange(0, BLOCK_Q)
     cq_m = cq_c < Hcq
@@ -322,82 +416,53 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
         wsc_o = 1.0
     if HAS_SMOOTH:
         sm = tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
-    for t in range(pid, T * (pid < n_row).to(tl.int32), nprog):
-        tq = tl.full([], t, tl.int64)
+    else:
+        sm = 1.0
+    for item in range(pid, T * PARTS * (pid < n_row).to(tl.int32), nprog):
+        if PARTS == 1:
+            tq = tl.full([], item, tl.int64)
+        else:
+            tq = tl.full([], item // PARTS, tl.int64)
         row = tq * CT
-        # ---- every load first ----
-        acc_q = _partial_sum(ws_ptr, row, cq_c, cq_m, SPLIT_K, TCT)
-        acc_kv = _partial_sum(ws_ptr, row + Hcq, kv_c, kv_m, SPLIT_K, TCT)
-        acc_e = _partial_sum(ws_ptr, row + Hcq, ev_c, j_m, SPLIT_K, TCT)
-        acc_o = _partial_sum(ws_ptr, row + Hcq, ev_c + 1, j_m, SPLIT_K, TCT)
         if INT8:
             xs = tl.load(xs_ptr + tq)
         else:
             xs = 1.0
-        c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
-        c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
-        s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
-        s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
-        slot = tl.load(idx_ptr + tq * s_idx)
-        # ---- cq → cqn (dt) or (int8, per-token scale) ----
-        cq = _dequant_round(acc_q, wsc_q, xs, dt, INT8)
-        y = _rms_norm(cq, cq_m, g_q, Hcq, eps_cq, ASCEND)
-        if QUANT_CQ:
-            if HAS_SMOOTH:
-                y = y * sm
-            y = tl.where(cq_m, y, 0.0)
-            if ASCEND:  # [1, BLOCK_Q] row, [1] scale: no scalar div_rn (see _rms_norm)
-                y2 = tl.reshape(y, [1, BLOCK_Q])
-                amax = tl.max(tl.abs(y2), axis=1)
-                nan_count = tl.sum((y2 != y2).to(tl.int32), axis=1)
-                scale = tl.math.div_rn(amax, tl.full([1], 127.0, tl.float32))
-                scale = tl.where(nan_count > 0, float("nan"), scale)
-                safe = tl.where(scale > 0, scale, 1.0)
-                v = tl.math.div_rn(y2, tl.broadcast_to(safe[:, None], [1, BLOCK_Q]))
-                v = tl.reshape(tl.where(scale[:, None] > 0, v, 0.0), [BLOCK_Q])
-                tl.store(cqn_ptr + tq * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
-                tl.store(cqs_ptr + tq + tl.arange(0, 1), scale)
+        if PARTS == 1:
+            # ---- every load first ----
+            acc_q = _partial_sum(ws_ptr, row, cq_c, cq_m, SPLIT_K, TCT)
+            acc_kv = _partial_sum(ws_ptr, row + Hcq, kv_c, kv_m, SPLIT_K, TCT)
+            acc_e = _partial_sum(ws_ptr, row + Hcq, ev_c, j_m, SPLIT_K, TCT)
+            acc_o = _partial_sum(ws_ptr, row + Hcq, ev_c + 1, j_m, SPLIT_K, TCT)
+            c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+            c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+            s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+            s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+            slot = tl.load(idx_ptr + tq * s_idx)
+            _row_cq(acc_q, wsc_q, xs, g_q, sm, cq_c, cq_m, tq, Hcq, eps_cq, cqn_ptr, cqs_ptr, s_cqn, dt,
+                    INT8, QUANT_CQ, HAS_SMOOTH, BLOCK_Q, ASCEND)
+            _row_kv(acc_kv, acc_e, acc_o, wsc_kv, wsc_e, wsc_o, xs, g_kv, c_lo, c_hi, s_lo, s_hi, slot, kv_c, kv_m,
+                    j, j_m, Hckv, Dr2, eps_ckv, num_slots, block_size, kv_ptr, kr_ptr, qsckv_ptr, qsckr_ptr,
+                    s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, dt,
+                    INT8, KV_INT8, KR_INT8, BLOCK_KV, BLOCK_R, ASCEND)
+        else:
+            if item % PARTS == 0:
+                acc_q = _partial_sum(ws_ptr, row, cq_c, cq_m, SPLIT_K, TCT)
+                _row_cq(acc_q, wsc_q, xs, g_q, sm, cq_c, cq_m, tq, Hcq, eps_cq, cqn_ptr, cqs_ptr, s_cqn, dt,
+                        INT8, QUANT_CQ, HAS_SMOOTH, BLOCK_Q, ASCEND)
             else:
-                amax = tl.max(tl.abs(y), axis=0)
-                nan_count = tl.sum((y != y).to(tl.int32), axis=0)
-                scale = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
-                scale = tl.where(nan_count > 0, float("nan"), scale)
-                safe = tl.where(scale > 0, scale, 1.0)
-                v = tl.math.div_rn(y, tl.zeros_like(y) + safe)
-                v = tl.where(scale > 0, v, 0.0)
-                tl.store(cqn_ptr + tq * s_cqn + cq_c, _sat_int8(v, -127.0), mask=cq_m)
-                tl.store(cqs_ptr + tq, scale)
-        else:
-            tl.store(cqn_ptr + tq * s_cqn + cq_c, y.to(cqn_ptr.dtype.element_ty), mask=cq_m)
-        # ---- ckv → kv, kr → k_rope (e = kr[0::2], o = kr[1::2]) ----
-        ckv = _dequant_round(acc_kv, wsc_kv, xs, dt, INT8)
-        kv = _rms_norm(ckv, kv_m, g_kv, Hckv, eps_ckv, ASCEND)
-        e = _dequant_round(acc_e, wsc_e, xs, dt, INT8)
-        o = _dequant_round(acc_o, wsc_o, xs, dt, INT8)
-        r_lo = e * c_lo + (-o) * s_lo
-        r_hi = o * c_hi + e * s_hi
-        # ---- scatter (PA_BSND): slot → (slot // block_size, slot % block_size) ----
-        ok = (slot >= 0) & (slot < num_slots)
-        slot = tl.where(ok, slot, 0)
-        okv = (tl.zeros([BLOCK_KV], tl.int32) + ok.to(tl.int32)) != 0
-        okr = (tl.zeros([BLOCK_R], tl.int32) + ok.to(tl.int32)) != 0
-        blk = slot // block_size
-        off = slot - blk * block_size
-        kv_row = kv_ptr + blk * s_kv_b + off * s_kv_s
-        kr_row = kr_ptr + blk * s_kr_b + off * s_kr_s
-        if KV_INT8:
-            qs = tl.load(qsckv_ptr + kv_c * s_qsckv, mask=kv_m, other=0.0)
-            tl.store(kv_row + kv_c * s_kv_c, _sat_int8(kv * qs, -128.0), mask=kv_m & okv)
-        else:
-            tl.store(kv_row + kv_c * s_kv_c, kv.to(kv_ptr.dtype.element_ty), mask=kv_m & okv)
-        if KR_INT8:
-            q_lo = tl.load(qsckr_ptr + j * s_qsckr, mask=j_m, other=0.0)
-            q_hi = tl.load(qsckr_ptr + (j + Dr2) * s_qsckr, mask=j_m, other=0.0)
-            tl.store(kr_row + j * s_kr_c, _sat_int8(r_lo * q_lo, -128.0), mask=j_m & okr)
-            tl.store(kr_row + (j + Dr2) * s_kr_c, _sat_int8(r_hi * q_hi, -128.0), mask=j_m & okr)
-        else:
-            tl.store(kr_row + j * s_kr_c, r_lo.to(kr_ptr.dtype.element_ty), mask=j_m & okr)
-            tl.store(kr_row + (j + Dr2) * s_kr_c, r_hi.to(kr_ptr.dtype.element_ty), mask=j_m & okr)
+                acc_kv = _partial_sum(ws_ptr, row + Hcq, kv_c, kv_m, SPLIT_K, TCT)
+                acc_e = _partial_sum(ws_ptr, row + Hcq, ev_c, j_m, SPLIT_K, TCT)
+                acc_o = _partial_sum(ws_ptr, row + Hcq, ev_c + 1, j_m, SPLIT_K, TCT)
+                c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+                c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+                s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+                s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+                slot = tl.load(idx_ptr + tq * s_idx)
+                _row_kv(acc_kv, acc_e, acc_o, wsc_kv, wsc_e, wsc_o, xs, g_kv, c_lo, c_hi, s_lo, s_hi, slot, kv_c,
+                        kv_m, j, j_m, Hckv, Dr2, eps_ckv, num_slots, block_size, kv_ptr, kr_ptr, qsckv_ptr,
+                        qsckr_ptr, s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, dt,
+                        INT8, KV_INT8, KR_INT8, BLOCK_KV, BLOCK_R, ASCEND)
 
 
 # ==============================================================================================
@@ -443,8 +508,12 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
                   INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
                   BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr = 0, EV_W: tl.constexpr = "",
-                  EV_UK: tl.constexpr = ""):
+                  EV_UK: tl.constexpr = "", CSPLIT: tl.constexpr = 1):
     """Work item = (head h, token tile), token tile fastest (the head's weights are shared in L2).
+    CSPLIT 2 (config ``absorb_split``, not with Q8): two items per (head, token tile), adjacent in program
+    order; each computes the head's GEMM (the second read of its W_UQ_QR columns meets the first in L2) and
+    the absorption for one half of the Hckv columns (its PRE_UK chunks start at that half); the first
+    stores query_rope. Twice the programs (T = 1: 256 for 132 SMs) and half the W_UK tail per program.
     BLOCK_D ≥ D (nope columns), BLOCK_R ≥ Dr (rope columns, read contiguously).
     PRE_UK (0..4, CUDA, not with Q8): the loads of the first PRE_UK W_UK[h] chunks are issued before the
     K loop, so they stream while it runs instead of after it (the absorption tail otherwise waits for
@@ -478,9 +547,20 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
         sgn_q = tl.where(rc < Dr2, -1.0, 1.0)
         P = tl.where((ii == src_p[None, :]) & rc_m[None, :], 1.0, 0.0).to(dt)
         Q = tl.where((ii == src_q[None, :]) & rc_m[None, :], sgn_q[None, :], 0.0).to(dt)
-    for item in range(pid, NH * m_tiles, nprog):
-        h = item // m_tiles
-        mt = item % m_tiles
+    for item in range(pid, NH * m_tiles * CSPLIT, nprog):
+        if CSPLIT == 1:
+            h = item // m_tiles
+            mt = item % m_tiles
+            c_lo = 0
+            c_hi = Hckv
+        else:
+            cs = item % CSPLIT
+            h = item // (m_tiles * CSPLIT)
+            mt = (item // CSPLIT) % m_tiles
+            c_per = tl.cdiv(tl.cdiv(Hckv, CSPLIT), BLOCK_C) * BLOCK_C
+            c_lo = cs * c_per
+            c_hi = tl.minimum(c_lo + c_per, Hckv)
+            rope_w = cs == 0
         h64 = tl.full([], h, tl.int64)
         rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
         r_m = rows < T
@@ -497,13 +577,13 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
         br_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + rope_c[None, :] * s_wn
         h_off = h64 * s_uh
         if PRE_UK >= 1:
-            u0 = _load_uk(wuk_ptr, h_off, dcol, d_m, 0, Hckv, s_ud, s_uc, BLOCK_C, EV_UK)
+            u0 = _load_uk(wuk_ptr, h_off, dcol, d_m, c_lo + 0, c_hi, s_ud, s_uc, BLOCK_C, EV_UK)
         if PRE_UK >= 2:
-            u1 = _load_uk(wuk_ptr, h_off, dcol, d_m, BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C, EV_UK)
+            u1 = _load_uk(wuk_ptr, h_off, dcol, d_m, c_lo + BLOCK_C, c_hi, s_ud, s_uc, BLOCK_C, EV_UK)
         if PRE_UK >= 3:
-            u2 = _load_uk(wuk_ptr, h_off, dcol, d_m, 2 * BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C, EV_UK)
+            u2 = _load_uk(wuk_ptr, h_off, dcol, d_m, c_lo + 2 * BLOCK_C, c_hi, s_ud, s_uc, BLOCK_C, EV_UK)
         if PRE_UK >= 4:
-            u3 = _load_uk(wuk_ptr, h_off, dcol, d_m, 3 * BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C, EV_UK)
+            u3 = _load_uk(wuk_ptr, h_off, dcol, d_m, c_lo + 3 * BLOCK_C, c_hi, s_ud, s_uc, BLOCK_C, EV_UK)
         if INT8:
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.int32)
             acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
@@ -569,15 +649,15 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
             tl.store(dsq_ptr + rows.to(tl.int64) * NH + h, scale, mask=r_m)
         else:
             if PRE_UK >= 1:
-                _absorb_pre(qc, u0, q_row, r_m, 0, Hckv, IEEE, BLOCK_M, BLOCK_C)
+                _absorb_pre(qc, u0, q_row, r_m, c_lo + 0, c_hi, IEEE, BLOCK_M, BLOCK_C)
             if PRE_UK >= 2:
-                _absorb_pre(qc, u1, q_row, r_m, BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
+                _absorb_pre(qc, u1, q_row, r_m, c_lo + BLOCK_C, c_hi, IEEE, BLOCK_M, BLOCK_C)
             if PRE_UK >= 3:
-                _absorb_pre(qc, u2, q_row, r_m, 2 * BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
+                _absorb_pre(qc, u2, q_row, r_m, c_lo + 2 * BLOCK_C, c_hi, IEEE, BLOCK_M, BLOCK_C)
             if PRE_UK >= 4:
-                _absorb_pre(qc, u3, q_row, r_m, 3 * BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
-            for c0 in range(PRE_UK * BLOCK_C, Hckv, BLOCK_C):
-                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C,
+                _absorb_pre(qc, u3, q_row, r_m, c_lo + 3 * BLOCK_C, c_hi, IEEE, BLOCK_M, BLOCK_C)
+            for c0 in range(c_lo + PRE_UK * BLOCK_C, c_hi, BLOCK_C):
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, c_hi, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C,
                                            EV_UK)
                 tl.store(q_row + cc[None, :], q.to(q_ptr.dtype.element_ty), mask=r_m[:, None] & c_m[None, :])
         # ---- RoPE: interleaved pairs in, rotate-half out: d·cos + rotate_half(d)·sin ----
@@ -601,7 +681,11 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
             qs = tl.load(qsckv_ptr)
             out = tl.math.div_rn(out * qs, tl.zeros_like(out) + safe[:, None])
         qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h64 * s_qrh
-        tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
+        if CSPLIT == 1:
+            tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
+        else:
+            rw_m = rc_m & ((tl.zeros([BLOCK_R], tl.int32) + rope_w.to(tl.int32)) != 0)   # a [BLOCK_R] mask, not a scalar
+            tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rw_m[None, :])
 
 
 # ==============================================================================================
@@ -681,10 +765,13 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     # --- row kernel ---
     r = dict(cfg["row"])
     r.update(ov.get("row", {}))
-    n_row = _grid(T, int(r.get("grid_cap", 0)))
+    parts = int(r.get("parts", 1))   # row work items per token: 1 (whole row) or 2 (cq | ckv + kr)
+    if parts not in (1, 2):
+        raise ValueError(f"row parts must be 1 or 2, got {parts}")
+    n_row = _grid(T * parts, int(r.get("grid_cap", 0)))
     pf = key == "cuda" and bool(r.get("prefetch_uk", 0))   # W_UK → L2 from extra programs (CUDA only)
     pf_progs = max(1, int(float(r.get("prefetch_programs_per_core", 2)) * cores)) if pf else 0
-    r.update(BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), n_row=n_row, grid=n_row + pf_progs,
+    r.update(BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), n_row=n_row, grid=n_row + pf_progs, PARTS=parts,
              PF_BLOCK=int(r.get("PF_BLOCK", 8192)) if pf else 0)
     # --- query kernel ---
     qc = cfg["query"]
@@ -694,9 +781,16 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     bd, br, bc = _p2(D), _p2(Dr), int(q["BLOCK_C"])
     # L2 hints (CUDA): W_UQ_QR evict-first when one token tile reads each head's columns (no reuse), W_UK
     # evict-first when the row kernel prefetched it (demotes the evict-last lines once read)
-    ev_w = key == "cuda" and bool(q.get("evict_first_w", qc.get("evict_first_w", 0))) and _cdiv(T, qbm) == 1
-    q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0),
-             grid=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))),
+    # absorb_split 2: two programs per (head, token tile), each absorbing half of Hckv (their W_UQ_QR reads
+    # meet in L2, so no evict-first hint there); the launch drops it for full + C8 (query quantised per row)
+    csplit = int(q.get("absorb_split", 1))
+    if csplit not in (1, 2):
+        raise ValueError(f"query absorb_split must be 1 or 2, got {csplit}")
+    ev_w = key == "cuda" and bool(q.get("evict_first_w", qc.get("evict_first_w", 0))) and _cdiv(T, qbm) == 1 \
+        and csplit == 1
+    q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0), CSPLIT=csplit,
+             grid=_grid(N * _cdiv(T, qbm) * csplit, int(qc.get("grid_cap", 0))),
+             grid1=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))),
              EV_W="evict_first" if ev_w else "", EV_UK="evict_first" if pf else "")
     eb = 1 if int8_query else act_bytes
     epi = (bd * bc + qbm * bd + 2 * br * br + qbm * br) * act_bytes
@@ -709,6 +803,12 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     if "PRE_UK" in q:
         q["PRE_UK"] = pre
     q["num_stages"] = _fit_stages(int(q.get("num_stages", 1)), per_stage, epi + pre * bd * bc * act_bytes, smem)
+    # prefetch_tail: the prefetch programs read only the W_UK columns after the PRE_UK chunks (the launch drops
+    # it where the query kernel loads no chunk early: PRE_UK 0, or full + C8 which never pre-loads)
+    c0 = pre * bc if pf and bool(r.get("prefetch_tail", 0)) else 0
+    r.update(pf_c0=c0 if 0 < c0 < Hckv else 0, PF_W=_p2(Hckv - c0) if 0 < c0 < Hckv else 0)
+    if r["PF_W"]:
+        r["PF_BLOCK"] = max(r["PF_BLOCK"], r["PF_W"])
     return dict(down=d, row=r, query=q, backend_key=key)
 
 
@@ -746,15 +846,20 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
         down_kw["num_stages"] = int(d["num_stages"])
     row_kw = dict(SPLIT_K=d["SPLIT_K"], INT8=full, QUANT_CQ=qint8, HAS_SMOOTH=qint8 and has_smooth, KV_INT8=kv8,
                   KR_INT8=kr8, BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], ASCEND=asc,
-                  PF_BLOCK=int(r.get("PF_BLOCK", 0)), num_warps=int(r["num_warps"]))
+                  PF_BLOCK=int(r.get("PF_BLOCK", 0)), PARTS=int(r.get("PARTS", 1)), num_warps=int(r["num_warps"]))
+    tail = bool(r.get("PF_W", 0)) and not (full and kv8)   # full + C8: the query kernel pre-loads no W_UK chunk
+    row_kw.update(PF_W=int(r["PF_W"]) if tail else 0, pf_c0=int(r["pf_c0"]) if tail else 0)
     query_kw = dict(INT8=qint8, Q8=full and kv8, IEEE=ieee, EVEN_K=q["EVEN_K"],
                     BLOCK_M=int(q["BLOCK_M"]), BLOCK_K=int(q["BLOCK_K"]), BLOCK_D=q["BLOCK_D"], BLOCK_R=q["BLOCK_R"],
                     BLOCK_C=int(q["BLOCK_C"]), ASCEND=asc, PRE_UK=0 if asc or (full and kv8) else int(q.get("PRE_UK", 0)),
                     EV_W=q.get("EV_W", ""), EV_UK=q.get("EV_UK", ""), num_warps=int(q["num_warps"]))
+    csplit = 1 if (full and kv8) else int(q.get("CSPLIT", 1))
+    if csplit > 1:
+        query_kw["CSPLIT"] = csplit
     if on_cuda:
         query_kw["num_stages"] = int(q["num_stages"])
     return _Launch(asc, int(r.get("n_row", r["grid"])), d["SPLIT_K"], d["K_PER_SPLIT"], (d["grid"],), down_kw, (r["grid"],), row_kw,
-                   (q["grid"],), query_kw)
+                   (q["grid"] if csplit > 1 else q.get("grid1", q["grid"]),), query_kw)
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
@@ -921,12 +1026,12 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         ws, weight_uk, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
         rmsnorm_gamma_cq, rmsnorm_gamma_ckv, smooth if smooth is not None else rmsnorm_gamma_cq,
         sin, cos, idx, kv_w, kr_w, qsckv if kv8 else rmsnorm_gamma_cq, qsckr if kr8 else rmsnorm_gamma_cq,
-        cqn, cqs, T, T * CT, Hcq, Hckv, Dr, nb * bs, bs,
+        cqn, cqs, T, CT, T * CT, Hcq, Hckv, Dr, nb * bs, bs,
         sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1), idx.stride(0),
         kv_w.stride(0), kv_w.stride(1), kv_w.stride(3), kr_w.stride(0), kr_w.stride(1),
         kr_w.stride(3), s_qsckv, s_qsckr, cqn.stride(0), float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv),
-        lp.n_row, weight_uk.numel() if lp.row_kw["PF_BLOCK"] and weight_uk.is_contiguous() else 0, 0,
-        **lp.row_kw)
+        lp.n_row, (N * D if lp.row_kw["PF_W"] else weight_uk.numel()) if lp.row_kw["PF_BLOCK"] and
+        weight_uk.is_contiguous() else 0, 0, pf_ld=Hckv, **lp.row_kw)
     if kv_w is not kv_cache:
         kv_cache.copy_(kv_w)
     if kr_w is not kr_cache:
@@ -1005,20 +1110,21 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                "gq_ptr": dt, "gkv_ptr": dt, "smooth_ptr": f32, "sin_ptr": dt, "cos_ptr": dt, "idx_ptr": "*i64",
                "kv_ptr": "*i8" if kv8 else dt, "kr_ptr": "*i8" if kr8 else dt, "qsckv_ptr": f32, "qsckr_ptr": f32,
                "cqn_ptr": "*i8" if uq8 else dt, "cqs_ptr": f32}
-        for a in ("T", "TCT", "Hcq", "Hckv", "Dr", "num_slots", "block_size", "s_sin_t", "s_sin_d",
+        for a in ("T", "CT", "TCT", "Hcq", "Hckv", "Dr", "num_slots", "block_size", "s_sin_t", "s_sin_d",
                   "s_cos_t", "s_cos_d", "s_idx", "s_kv_b", "s_kv_s", "s_kv_c", "s_kr_b", "s_kr_s", "s_kr_c",
                   "s_qsckv", "s_qsckr", "s_cqn"):
             sig[a] = i32
-        sig.update(eps_cq="fp32", eps_ckv="fp32", n_row=i32, pf_n=i32, pf_flag=i32)
+        sig.update(eps_cq="fp32", eps_ckv="fp32", n_row=i32, pf_n=i32, pf_flag=i32, pf_c0=i32, pf_ld=i32)
         for c in ("SPLIT_K", "INT8", "QUANT_CQ", "HAS_SMOOTH", "KV_INT8", "KR_INT8", "BLOCK_Q", "BLOCK_KV", "BLOCK_R",
-                  "ASCEND", "PF_BLOCK"):
+                  "ASCEND", "PF_BLOCK", "PARTS", "PF_W"):
             sig[c] = "constexpr"
         splits = sorted({plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key,
                               int8_down=x8, cores=n_cores)["down"]["SPLIT_K"] for T in (1, 16, 32, 64, 128, 4096)})
         for sk in splits:
             ce = dict(SPLIT_K=sk, INT8=x8, QUANT_CQ=uq8, HAS_SMOOTH=smooth, KV_INT8=kv8, KR_INT8=kr8,
                       BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), ASCEND=asc,
-                      PF_BLOCK=0 if asc else int(cfg["row"].get("PF_BLOCK", 8192)) * bool(cfg["row"].get("prefetch_uk", 0)))
+                      PF_BLOCK=0 if asc else int(cfg["row"].get("PF_BLOCK", 8192)) * bool(cfg["row"].get("prefetch_uk", 0)),
+                      PARTS=int(cfg["row"].get("parts", 1)), PF_W=0)
             ones(sig, ce, ("s_sin_d", "s_cos_d", "s_idx", "s_kv_c", "s_kr_c", "s_qsckv", "s_qsckr"))
             cases.append(dict(name=f"mla_prolog_row_{mode}_split{sk}_{dt[1:]}", fn=_row_kernel, signature=sig,
                               constexprs=ce))
@@ -1036,11 +1142,12 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                               "s_uc", "s_sin_t", "s_sin_d", "s_cos_t", "s_cos_d", "s_qt", "s_qh", "s_qrt", "s_qrh"):
                         sig[a] = i32
                     for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C",
-                              "ASCEND", "PRE_UK", "EV_W", "EV_UK"):
+                              "ASCEND", "PRE_UK", "EV_W", "EV_UK", "CSPLIT"):
                         sig[c] = "constexpr"
                     ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]),
-                              ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="", EV_UK="")
+                              ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="", EV_UK="",
+                              CSPLIT=1 if q8 else int(b.get("absorb_split", 1)))
                     ones(sig, ce, ("s_ak", "s_wn", "s_uc", "s_sin_d", "s_cos_d"))
                     cases.append(dict(name=f"mla_prolog_query_t{b['max_t']}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
                                       fn=_query_kernel, signature=sig, constexprs=ce))

@@ -501,13 +501,146 @@ def _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask,
              mask=mmask[:, None] & nmask[None, :])
 
 
+@triton.jit
+def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
+              M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n, n_tiles,
+              W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
+              EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              GROUP_M: tl.constexpr, REDUCE: tl.constexpr, MASK_M: tl.constexpr, MMA: tl.constexpr,
+              RED_UNROLL: tl.constexpr):
+    """One work item of :func:`_qmm_kernel` (inlined): item = split · n_tiles + tile."""
+    split = item // n_tiles
+    tile = item % n_tiles
+    group = GROUP_M * num_pid_n
+    first_m = (tile // group) * GROUP_M
+    gsize = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % group) % gsize
+    pid_n = (tile % group) // gsize
+    om = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    on = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mmask = om < M
+    nmask = on < N
+    if WRAP:
+        if MASK_M:
+            rm = om
+        else:
+            rm = om % M
+        rn = on % N
+    else:
+        rm = om
+        rn = on
+    k_start = split * K_PER_SPLIT
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = x_ptr + (rm.to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :])
+    if MMA == 0:
+        if W_LAYOUT == 0:
+            b_ptrs = w_ptr + ((k_start + rk)[:, None] + rn.to(tl.int64)[None, :] * stride_wn)
+        elif W_LAYOUT == 1:
+            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn[None, :])
+        else:
+            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn.to(tl.int64)[None, :] * stride_wn)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    else:  # the weight tile transposed: [BLOCK_N, BLOCK_K]
+        if W_LAYOUT == 0:
+            b_ptrs = w_ptr + (rn.to(tl.int64)[:, None] * stride_wn + (k_start + rk)[None, :])
+        elif W_LAYOUT == 1:
+            b_ptrs = w_ptr + (rn[:, None] + (k_start + rk).to(tl.int64)[None, :] * stride_wk)
+        else:
+            b_ptrs = w_ptr + (rn.to(tl.int64)[:, None] * stride_wn + (k_start + rk).to(tl.int64)[None, :] * stride_wk)
+        if MMA == 1:
+            acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32)
+        else:  # GEMV, one token row: per-lane int32 sums, reduced over K once after the loop
+            tl.static_assert(BLOCK_M == 1, "MMA == 2 (GEMV) takes one token row per program")
+            tl.static_assert(BLOCK_K % 16 == 0, "MMA == 2 (GEMV) sums K in groups of 16")
+            acc2 = tl.zeros((BLOCK_N, BLOCK_K // 16), dtype=tl.int32)
+            # the x row as a row-broadcast [BLOCK_N, BLOCK_K] pointer tile: it gets the weight tile's
+            # register layout (same-address lanes are one request), no shared-memory conversion per step
+            a_ptrs = a_ptrs + tl.zeros((BLOCK_N, 1), dtype=tl.int64)
+    k_len = tl.minimum(K - k_start, K_PER_SPLIT)
+    for k in range(0, k_len, BLOCK_K):
+        if EVEN_K:
+            if WRAP:
+                if MASK_M:
+                    a = tl.load(a_ptrs, mask=mmask[:, None], other=0)
+                else:
+                    a = tl.load(a_ptrs)
+                b = tl.load(b_ptrs)
+            elif MMA == 0:
+                a = tl.load(a_ptrs, mask=mmask[:, None], other=0)
+                b = tl.load(b_ptrs, mask=nmask[None, :], other=0)
+            else:
+                a = tl.load(a_ptrs, mask=mmask[:, None], other=0)
+                b = tl.load(b_ptrs, mask=nmask[:, None], other=0)
+        else:
+            kmask = (k + rk) < k_len
+            if WRAP:
+                if MASK_M:
+                    a = tl.load(a_ptrs, mask=mmask[:, None] & kmask[None, :], other=0)
+                else:
+                    a = tl.load(a_ptrs, mask=kmask[None, :], other=0)
+                if MMA == 0:
+                    b = tl.load(b_ptrs, mask=kmask[:, None], other=0)
+                else:
+                    b = tl.load(b_ptrs, mask=kmask[None, :], other=0)
+            else:
+                a = tl.load(a_ptrs, mask=mmask[:, None] & kmask[None, :], other=0)
+                if MMA == 0:
+                    b = tl.load(b_ptrs, mask=kmask[:, None] & nmask[None, :], other=0)
+                else:
+                    b = tl.load(b_ptrs, mask=nmask[:, None] & kmask[None, :], other=0)
+        if MMA == 0:
+            acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+        elif MMA == 1:
+            acc_t = tl.dot(b, tl.trans(a), acc_t, out_dtype=tl.int32)
+        else:
+            # 16 consecutive K products summed in-thread (16-byte vectors): 1 int32 per 16 loaded bytes
+            acc2 += tl.sum(tl.reshape(b.to(tl.int32) * a.to(tl.int32), (BLOCK_N, BLOCK_K // 16, 16)), axis=2)
+        a_ptrs += BLOCK_K
+        if W_LAYOUT == 0:
+            b_ptrs += BLOCK_K
+        else:
+            b_ptrs += BLOCK_K * stride_wk
+    if MMA == 1:
+        acc = tl.trans(acc_t)
+    elif MMA == 2:
+        acc = tl.sum(acc2, axis=1)[None, :]
+    omask = mmask[:, None] & nmask[None, :]
+    if not PARTIALS:
+        _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS)
+    else:
+        p = part_ptr + (split.to(tl.int64) * M + om.to(tl.int64)[:, None]) * N + on[None, :]
+        tl.store(p, acc, mask=omask)
+        if REDUCE:
+            tl.debug_barrier()
+            arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
+            if arrived == SPLIT_K - 1:
+                pq = part_ptr + om.to(tl.int64)[:, None] * N + on[None, :]
+                if RED_UNROLL == 1:
+                    for s2 in range(0, SPLIT_K):
+                        if s2 != split:
+                            acc += tl.load(pq, mask=omask, other=0, cache_modifier=".cg")
+                        pq += M * N
+                else:  # RED_UNROLL partials in flight at once (a lone tile load per step is latency-bound)
+                    for s0 in range(0, SPLIT_K, RED_UNROLL):
+                        psum = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+                        for u in tl.static_range(RED_UNROLL):
+                            s2 = s0 + u   # past the last split: a clamped slot, counted 0 times
+                            use = ((s2 != split) & (s2 < SPLIT_K)).to(tl.int32)
+                            s2c = tl.minimum(s2, SPLIT_K - 1).to(tl.int64)
+                            psum += tl.load(pq + s2c * M * N, mask=omask, other=0, cache_modifier=".cg") * use
+                        acc += psum
+                _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS)
+                tl.atomic_xchg(cnt_ptr + tile, 0)
+
+
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
 def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
                 M, N, K, K_PER_SPLIT, SPLIT_K,
                 stride_xm, stride_wk, stride_wn, stride_om,
                 W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                GROUP_M: tl.constexpr, REDUCE: tl.constexpr = False, MASK_M: tl.constexpr = False):
+                GROUP_M: tl.constexpr, REDUCE: tl.constexpr = False, MASK_M: tl.constexpr = False,
+                MMA: tl.constexpr = 0, RED_UNROLL: tl.constexpr = 1, DYNAMIC: tl.constexpr = False):
     """One work item = (split, BLOCK_M × BLOCK_N output tile). PARTIALS False (SPLIT_K == 1): fused fp32
     epilogue; True: int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel. SPLIT_K is a
     runtime value so the split choice does not multiply compilations.
@@ -522,89 +655,49 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
     int32 counter ``cnt[tile]`` (acq_rel, after a CTA barrier); the item that sees SPLIT_K − 1 adds the other
     splits' partials (read through L2) to its own, applies the fp32 epilogue, stores ``out`` and resets the
     counter to 0, so ``cnt`` must start zeroed and stays zeroed. int32 addition is exact, so the result does
-    not depend on the arrival order (deterministic, bit-identical to the two-kernel path)."""
+    not depend on the arrival order (deterministic, bit-identical to the two-kernel path). RED_UNROLL (bucket key
+    ``reduce_unroll``, default 1): that item loads the other partials RED_UNROLL at a time (independent loads in
+    flight) instead of one tile per step.
+
+    DYNAMIC (bucket key ``dynamic`` = programs per SM, CUDA): a persistent grid of that many programs per SM takes
+    work items from an int32 counter ``cnt[n_tiles]`` (relaxed atomic; the first item is the program id) instead
+    of the static ``pid + k · grid`` walk, so programs that stream faster take more items; ``cnt[n_tiles + 1]``
+    counts finished programs and the last one resets both to 0 (no memset per call, CUDA-graph safe).
+
+    MMA (bucket key ``mma``; CUDA decode variants, 0 everywhere else): 0 ("dot") = ``tl.dot(x[BM, BK], w[BK, BN])``.
+    1 ("swap", swap-AB) = the weight tile is loaded as wT[BLOCK_N, BLOCK_K] and ``accT[BN, BM] = tl.dot(wT,
+    trans(x))``, so the weight's N fills the MMA's M slot (wgmma needs 64 rows) and the tokens its N slot; both
+    operands stay K-major (int8 wgmma needs that) and the int32 tile is transposed back before the epilogue.
+    2 ("gemv") = no tensor cores (for M = 1): the int32 products of the x row and wT[BLOCK_N, BLOCK_K] summed
+    over K on the CUDA cores, 16 consecutive K in-thread per step into a [BLOCK_N, BLOCK_K / 16] accumulator
+    (BLOCK_M must be 1: one token row per program), so tiles as narrow as BLOCK_N = 2 and many CTAs per SM.
+    All three add exact int32 products: bit-identical results."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     n_tiles = num_pid_m * num_pid_n
-    for item in range(pid, n_tiles * SPLIT_K, nprog):
-        split = item // n_tiles
-        tile = item % n_tiles
-        group = GROUP_M * num_pid_n
-        first_m = (tile // group) * GROUP_M
-        gsize = tl.minimum(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + (tile % group) % gsize
-        pid_n = (tile % group) // gsize
-        om = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        on = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mmask = om < M
-        nmask = on < N
-        if WRAP:
-            if MASK_M:
-                rm = om
-            else:
-                rm = om % M
-            rn = on % N
-        else:
-            rm = om
-            rn = on
-        k_start = split * K_PER_SPLIT
-        rk = tl.arange(0, BLOCK_K)
-        a_ptrs = x_ptr + (rm.to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :])
-        if W_LAYOUT == 0:
-            b_ptrs = w_ptr + ((k_start + rk)[:, None] + rn.to(tl.int64)[None, :] * stride_wn)
-        elif W_LAYOUT == 1:
-            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn[None, :])
-        else:
-            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn.to(tl.int64)[None, :] * stride_wn)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-        k_len = tl.minimum(K - k_start, K_PER_SPLIT)
-        for k in range(0, k_len, BLOCK_K):
-            if EVEN_K:
-                if WRAP:
-                    if MASK_M:
-                        a = tl.load(a_ptrs, mask=mmask[:, None], other=0)
-                    else:
-                        a = tl.load(a_ptrs)
-                    b = tl.load(b_ptrs)
-                else:
-                    a = tl.load(a_ptrs, mask=mmask[:, None], other=0)
-                    b = tl.load(b_ptrs, mask=nmask[None, :], other=0)
-            else:
-                kmask = (k + rk) < k_len
-                if WRAP:
-                    if MASK_M:
-                        a = tl.load(a_ptrs, mask=mmask[:, None] & kmask[None, :], other=0)
-                    else:
-                        a = tl.load(a_ptrs, mask=kmask[None, :], other=0)
-                    b = tl.load(b_ptrs, mask=kmask[:, None], other=0)
-                else:
-                    a = tl.load(a_ptrs, mask=mmask[:, None] & kmask[None, :], other=0)
-                    b = tl.load(b_ptrs, mask=kmask[:, None] & nmask[None, :], other=0)
-            acc = tl.dot(a, b, acc, out_dtype=tl.int32)
-            a_ptrs += BLOCK_K
-            if W_LAYOUT == 0:
-                b_ptrs += BLOCK_K
-            else:
-                b_ptrs += BLOCK_K * stride_wk
-        omask = mmask[:, None] & nmask[None, :]
-        if not PARTIALS:
-            _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS)
-        else:
-            p = part_ptr + (split.to(tl.int64) * M + om.to(tl.int64)[:, None]) * N + on[None, :]
-            tl.store(p, acc, mask=omask)
-            if REDUCE:
-                tl.debug_barrier()
-                arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
-                if arrived == SPLIT_K - 1:
-                    pq = part_ptr + om.to(tl.int64)[:, None] * N + on[None, :]
-                    for s2 in range(0, SPLIT_K):
-                        if s2 != split:
-                            acc += tl.load(pq, mask=omask, other=0, cache_modifier=".cg")
-                        pq += M * N
-                    _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS)
-                    tl.atomic_xchg(cnt_ptr + tile, 0)
+    if DYNAMIC:
+        # persistent programs fetch work items from an int32 counter (cnt[n_tiles]); the first item is the
+        # program id, so only the items past the grid cost an atomic. Every program makes exactly one fetch
+        # past the end; the program that finishes last (cnt[n_tiles + 1]) resets both counters to 0.
+        item = pid
+        while item < n_tiles * SPLIT_K:
+            _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
+                      M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n,
+                      n_tiles, W_LAYOUT, WRAP, PARTIALS, HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, REDUCE,
+                      MASK_M, MMA, RED_UNROLL)
+            item = nprog + tl.atomic_add(cnt_ptr + n_tiles, 1, sem="relaxed")
+        done = tl.atomic_add(cnt_ptr + n_tiles + 1, 1, sem="acq_rel")
+        if done == nprog - 1:
+            tl.atomic_xchg(cnt_ptr + n_tiles, 0)
+            tl.atomic_xchg(cnt_ptr + n_tiles + 1, 0)
+    else:
+        for item in range(pid, n_tiles * SPLIT_K, nprog):
+            _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
+                      M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n,
+                      n_tiles, W_LAYOUT, WRAP, PARTIALS, HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, REDUCE,
+                      MASK_M, MMA, RED_UNROLL)
 
 
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
@@ -629,6 +722,8 @@ def _qmm_epilogue_kernel(part_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, M, N, SPLI
             p += M * N
         _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mm, mn, stride_om, HAS_BIAS)
 
+
+_MMA_MODES = {"dot": 0, "swap": 1, "gemv": 2}  # bucket key "mma" -> _qmm_kernel's MMA constexpr
 
 _COUNTERS: dict = {}
 _CNT_REGION = 1024   # counters per stream region (≥ the tiles of any split-K launch; more → a fresh buffer)
@@ -781,8 +876,19 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     plan = _make_qmm_plan(M, N, K, key, config, dev) if config is not None else _qmm_plan(M, N, K, key, dev)
     sk, k_per = plan["SPLIT_K"], plan["K_PER_SPLIT"]
     bm, bn, bk = int(plan["BLOCK_M"]), int(plan["BLOCK_N"]), int(plan["BLOCK_K"])
+    mma = plan.get("mma", "dot")
+    if mma not in _MMA_MODES:
+        raise ValueError(f"config mma must be one of {sorted(_MMA_MODES)}, got {mma!r}")
+    if mma == "gemv" and (bm != 1 or bk % 16):
+        raise ValueError(f"config mma 'gemv' takes one token row per program and sums K in groups of 16: "
+                         f"BLOCK_M must be 1 and BLOCK_K a multiple of 16, got {bm} and {bk}")
     tiles = _cdiv(M, bm) * _cdiv(N, bn)
-    grid = _grid(tiles * sk, int(cfg.get("grid_cap", 0)))
+    dyn = int(plan.get("dynamic", 0))   # persistent programs per SM fetching work items (0: one per item)
+    if dyn > 0:
+        sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device()) if dev.type == "cuda" else 20
+        grid = _grid(tiles * sk, sms * dyn)
+    else:
+        grid = _grid(tiles * sk, int(cfg.get("grid_cap", 0)))
     has_bias = bias is not None
     bias_arg = bias if has_bias else weight_scale
     if x_int8.stride(1) != 1 and K > 1:
@@ -795,7 +901,7 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
         w_layout = 2
     part = torch.empty((sk, M, N), dtype=torch.int32, device=dev) if sk > 1 else out
     reduce = sk > 1 and plan.get("reduce", "kernel") == "atomic"
-    cnt = _counters(dev, tiles) if reduce else part
+    cnt = _counters(dev, tiles + 2) if dyn > 0 else (_counters(dev, tiles) if reduce else part)
     launch = dict(num_warps=int(plan["num_warps"]))
     if dev.type == "cuda":
         launch["num_stages"] = int(plan["num_stages"])
@@ -805,7 +911,8 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
                          W_LAYOUT=w_layout, WRAP=bool(cfg.get("wrap", False)), PARTIALS=sk > 1, HAS_BIAS=has_bias,
                          EVEN_K=(K % bk == 0),
                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), REDUCE=reduce,
-                         MASK_M=bool(plan.get("mask_m", False)), **launch)
+                         MASK_M=bool(plan.get("mask_m", False)), MMA=_MMA_MODES[mma],
+                         RED_UNROLL=int(plan.get("reduce_unroll", 1)) if reduce else 1, DYNAMIC=dyn > 0, **launch)
     if sk > 1 and not reduce:
         e = cfg["epilogue"]
         ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
@@ -863,20 +970,24 @@ def compile_cases(table: str = "ascend") -> list[dict]:
             for even in (True, False):
                 for out in ("*bf16", "*fp16"):
                     sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
-                           "out_ptr": out, "part_ptr": "*i32" if partials else out, "cnt_ptr": "*i32" if partials else out,
+                           "out_ptr": out, "part_ptr": "*i32" if partials else out,
+                           "cnt_ptr": "*i32" if partials or int(b.get("dynamic", 0)) > 0 else out,
                            "M": "i32", "N": "i32", "K": "i32",
                            "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
                            "stride_wk": "i32", "stride_wn": "i32", "stride_om": "i32", "W_LAYOUT": "constexpr",
                            "WRAP": "constexpr", "PARTIALS": "constexpr",
                            "HAS_BIAS": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr",
                            "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-                           "REDUCE": "constexpr", "MASK_M": "constexpr"}
+                           "REDUCE": "constexpr", "MASK_M": "constexpr", "MMA": "constexpr",
+                           "RED_UNROLL": "constexpr", "DYNAMIC": "constexpr"}
                     # the layout pack_weight produces for this backend: ND row-major on Ascend, K-major on CUDA
                     ce = dict(W_LAYOUT=1 if table == "ascend" else 0, WRAP=bool(q.get("wrap", False)),
                               PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]),
                               REDUCE=partials and b.get("reduce", "kernel") == "atomic",
-                              MASK_M=bool(b.get("mask_m", False)))
+                              MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")],
+                              RED_UNROLL=int(b.get("reduce_unroll", 1)) if partials and b.get("reduce", "kernel") == "atomic" else 1,
+                              DYNAMIC=int(b.get("dynamic", 0)) > 0)
                     tag = "splitk" if partials else "fused"
                     nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}" if "min_n" in b or "max_n" in b else ""
                     cases.append(dict(name=f"quant_matmul_m{b['max_m']}{nb}_{tag}_{'even' if even else 'tail'}_{out[1:]}",

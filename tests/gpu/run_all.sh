@@ -100,6 +100,15 @@ round17)  # session 3, last: the split-K CUDA-graph tests on their new shape, an
 round18)  # session 4: the transposed AMLA tiles (wgmma with 32 query rows) on the floor and TP shapes
   step amla_sweep8 200 python3 perf/bench_amla.py "$OUT/amla_sweep8.md" --sweep-only --tp tp32,tp64 --budget 180
   ;;
+round19)  # session 4: mla_prolog candidates (row diagnosis, parts 2, prefetch_tail, absorb_split, T=128 tiles); AMLA guard as one magnitude compare
+  step mla_prolog_sweep2 140 python3 perf/bench_mla_prolog.py --sweep --no_bench --row_diag --budget_s 95 --out "$OUT/mla_prolog_sweep2.md"
+  step check_amla 160 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  step perf_amla 120 python3 -m perf --device cuda --ops amla --shapes 'b64_sq2_n128_l4096,b64_sq1_n16_l4096,b64_sq2_n16_l4096' --no-layer --no-dispatch --out "$OUT/perf_amla"
+  ;;
+round20)  # session 4: decode quant_matmul candidates (swap-AB, GEMV, unrolled reduction, persistent dynamic fetch) + the quant tests on CUDA
+  step quant_sweep5 150 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-budget 100 --out "$OUT/quant_sweep5.md"
+  step pytest_quant_gpu 120 python3 -m pytest tests/test_quant_triton.py -q
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Offline sm_90a compile of every decode quant_matmul candidate of ``perf/bench_quant_gating.py --sweep2`` (no GPU).
+
+    .venv/bin/python tests/gpu/qmm_offline_compile.py > tests/gpu/results/qmm_round5_offline.md.rows
+
+For each candidate (at its group's largest M, the launcher's plan for 132 SMs): registers and spills (ptxas -v of the
+bundled ptxas, sm_90a), shared memory (Triton's metadata), wgmma / mma.sync / cp.async counts in the PTX. Used to
+prune candidates before they cost GPU time; triton here may be newer than on the GPU box.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+
+import ops.triton.quant as T  # noqa: E402
+
+PTXAS = (glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas-blackwell"))
+         or glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")))[0]
+
+
+def compile_case(BM, BN, BK, W, S, mma=0, partials=False, ru=1, mask_m=True, dyn=False):
+    fn = T._qmm_kernel
+    sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
+           "out_ptr": "*bf16", "part_ptr": "*i32" if partials else "*bf16", "cnt_ptr": "*i32" if partials or dyn else "*bf16",
+           "M": "i32", "N": "i32", "K": "i32", "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
+           "stride_wk": "constexpr", "stride_wn": "i32", "stride_om": "i32"}
+    const = dict(stride_wk=1, W_LAYOUT=0, WRAP=True, PARTIALS=partials, HAS_BIAS=False, EVEN_K=True, BLOCK_M=BM,
+                 BLOCK_N=BN, BLOCK_K=BK, GROUP_M=1, REDUCE=partials, MASK_M=mask_m, MMA=mma, RED_UNROLL=ru, DYNAMIC=dyn)
+    sig.update({k: "constexpr" for k in const})
+    names = [p.name for p in fn.params]
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if n in sig and sig[n] != "constexpr" and n not in ("M", "SPLIT_K")}
+    ck = triton.compile(triton.compiler.ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 64),
+                        options=dict(num_warps=W, num_stages=S))
+    ptx = ck.asm["ptx"]
+    with tempfile.TemporaryDirectory() as d:
+        open(os.path.join(d, "k.ptx"), "w").write(ptx)
+        r = subprocess.run([PTXAS, "-v", "--gpu-name", "sm_90a", os.path.join(d, "k.ptx"), "-o",
+                            os.path.join(d, "k.cubin")], capture_output=True, text=True)
+    m = re.search(r"Used (\d+) registers", r.stderr)
+    sp = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
+    return dict(regs=int(m.group(1)) if m else r.stderr[-200:], spill=sp.groups() if sp else None,
+                smem=ck.metadata.shared, wgmma=ptx.count("wgmma.mma_async"), mma=ptx.count("mma.sync"),
+                cpasync=ptx.count("cp.async.cg") + ptx.count("cp.async.ca"))
+
+
+def main() -> int:
+    sys.argv = sys.argv[:1]
+    spec = importlib.util.spec_from_file_location("bench_qg", os.path.join(REPO, "perf", "bench_quant_gating.py"))
+    b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b)
+    seen = {}
+    for g, grp in b.QMM_GROUPS.items():
+        for name, c in grp["cands"].items():
+            for K, N in grp["shapes"]:
+                M = grp["Ms"][-1]
+                p = T._make_qmm_plan(M, N, K, "cuda", c, None, 132)
+                mma = T._MMA_MODES[c.get("mma", "dot")]
+                part = p["SPLIT_K"] > 1
+                dyn = int(c.get("dynamic", 0)) > 0
+                key = (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_warps"], c["num_stages"], mma, part,
+                       c.get("reduce_unroll", 1) if part else 1, dyn)
+                if key not in seen:
+                    try:
+                        seen[key] = compile_case(*key[:5], mma=mma, partials=part, ru=key[7], dyn=dyn)
+                    except Exception as e:  # noqa: BLE001
+                        seen[key] = dict(err=f"{type(e).__name__}: {str(e)[:120]}")
+                r = seen[key]
+                items = -(-M // c["BLOCK_M"]) * -(-N // c["BLOCK_N"]) * p["SPLIT_K"]
+                print(f"| {g} | {name} | {p['SPLIT_K']} | {items} | {r.get('regs')} | {r.get('spill')} | {r.get('smem')} "
+                      f"| {r.get('wgmma')} | {r.get('mma')} | {r.get('cpasync')} |{(' ' + r['err'] + ' |') if 'err' in r else ''}",
+                      flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
