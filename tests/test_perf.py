@@ -19,6 +19,7 @@ from perf import check as C
 from perf import peaks as P
 from perf import specs as S
 from perf.__main__ import main, roofline_metrics
+from tests.conftest import requires_triton
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -711,3 +712,16 @@ def test_host_bound_rows_carry_the_spread_floor():
     from perf.timers import HOST_BOUND_SPREAD_PCT, Timing
     assert Timing(10.0, 10.1, 10.2, "events", host_bound=True).spread_pct == HOST_BOUND_SPREAD_PCT
     assert Timing(10.0, 10.1, 10.2, "cudagraph").spread_pct == pytest.approx(100 * 0.2 / 10.1)
+
+
+@requires_triton
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter check (the H200 run asserts the same sums)")
+def test_stream_floor_kernel_reads_every_word_once():
+    # perf/bench_stream.py times a kernel that only reads S bytes; it must really read each word exactly once
+    from perf.bench_stream import _read_fn
+    g = torch.Generator().manual_seed(7)
+    buf = torch.randint(-2**20, 2**20, (10_007,), dtype=torch.int32, generator=g)
+    for programs, block in ((3, 256), (5, 1024), (1, 128)):
+        out = torch.full((programs,), -1, dtype=torch.int32)
+        _read_fn(buf, out, programs, 4, block)()
+        assert out.sum(dtype=torch.int64).item() == buf.sum(dtype=torch.int64).item()
