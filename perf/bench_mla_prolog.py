@@ -6,7 +6,12 @@
 
 Config sweep in one command (~80-110 s on the H200 with 16 CPU cores):
 
-    python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 95 --out $OUT/mla_prolog_sweep.md
+    python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 95 --out $OUT/mla_prolog_sweep3.md
+
+Sweep 3 times the JSON defaults (sweep 2's winners: row buckets per T, down split_k 4 / int8 BLOCK_M 64) and the
+candidates of SWEEP / SWEEP_MODE_T (query ``fuse_row_max_t``: row + query kernels in one launch at T = 1; query
+``uk_l2``: the W_UK absorption tail read into L2 during the K loop; the runner-up row choice per T; int8 down tiles
+at T <= 32), T = 1, 32, 128, bf16 and a8w8.
 
 ``--row_diag`` first profiles the row kernel (per-kernel µs at T = 1) in bf16 / partial / a8w8 for a few row
 configs (ROW_DIAG): what the A8W8 row kernel's time is made of (~10-15 s of the budget).
@@ -61,57 +66,52 @@ WEIGHTS = ("weight_dq", "weight_uq_qr", "weight_uk", "weight_dkv_kr")
 
 # sweep candidates: overrides of the bucket the JSON picks for (mode, T), one kernel at a time (the three
 # launches are serial, so per-kernel gains add up; the combination of per-kernel bests is timed at the end).
-# Pruned offline (sm_90 compile + ptxas, triton 3.9): no candidate below spills more than ~300 B/thread.
+# Sweep 3 (after sweep 2's winners went into the JSON: row buckets per T, no W_UK prefetch programs, down split_k 4
+# at T <= 32 bf16, int8 down BLOCK_M 64 at T <= 128). Pruned offline (sm_90 compile + ptxas, triton 3.9).
+# query "uk_l2" 1: every K step also reads uk_l2_rows rows of the head's W_UK columns that the absorption reads
+# after the K loop (those after the PRE_UK chunks) with an L2 evict-last hint, so the absorption tail (the W_UK
+# chunks it streams after the loop with nothing else in flight) hits L2; 8 warps, int8 T = 1: PRE_UK 2 + uk_l2
+# 64 B spills, PRE_UK 0 + uk_l2 (the whole W_UK[h], 16 x 512 tiles) none, 255 registers either way.
 SWEEP = {
-    "down": [{"split_k": 4}, {"num_stages": 6}, {"BLOCK_K": 64, "num_stages": 6}, {"num_warps": 8}],
-    # row (sweep 2): the row work of a token is ~2000 SASS instructions executed by ONE program (4 warps, one
-    # warp per SM sub-partition: no latency hiding) — more warps cut the per-thread share (ptxas: 254 → 104 / 85
-    # registers at 16 warps with / without prefetch), "parts" 2 puts cq (norm + per-token quant) and ckv / kr
-    # (norm, RoPE, scatter) on two programs; "prefetch_tail" 1 prefetches only the W_UK columns the query kernel
-    # does not load before its K loop (PRE_UK 2 × BLOCK_C 128 of 512: half the 16.8 MB); 16 warps fit 1 program
-    # per SM (prefetch_programs_per_core 1)
-    "row": [{"num_warps": 8}, {"num_warps": 16}, {"prefetch_uk": 0}, {"num_warps": 16, "prefetch_uk": 0},
-            {"parts": 2, "num_warps": 8}, {"parts": 2, "num_warps": 8, "prefetch_uk": 0},
-            {"parts": 2, "num_warps": 16, "prefetch_uk": 0}, {"prefetch_tail": 1}, {"prefetch_tail": 1, "num_warps": 8},
-            {"prefetch_tail": 1, "parts": 2, "num_warps": 8},
-            {"prefetch_tail": 1, "num_warps": 16, "prefetch_programs_per_core": 1},
-            {"prefetch_tail": 1, "parts": 2, "num_warps": 8, "prefetch_programs_per_core": 1}],
-    "query": [{"PRE_UK": 0}, {"evict_first_w": 0}, {"BLOCK_K": 128, "num_stages": 3}, {"PRE_UK": 2, "num_warps": 8, "num_stages": 5}],
+    "query": [{"uk_l2": 1}, {"uk_l2": 1, "PRE_UK": 0}, {"uk_l2": 1, "PRE_UK": 1}],
+    # row: the other side of each per-T choice (T <= 32: 16 warps, parts 2; T = 128: bf16 8 warps parts 2, a8w8
+    # 16 warps parts 1), so the JSON's pick is re-checked against its runner-up in the same run
+    "row": [],
+    "down": [],
 }
-# query at T ≤ 32 (sweep 2): "absorb_split" 2 = two programs per head (256 for 132 SMs), each doing the head's GEMM
-# (the pair's W_UQ_QR reads meet in L2) and half the W_UK absorption; only configs that fit 2 programs per SM
-# (sm_90 offline: 4 warps, ≤ 102 KB shared, ≤ 255 registers; 0-200 B spills) — the JSON's 8 warps need ~250
-# registers, one program per SM, two waves
-_ABSORB_SPLIT = [{"absorb_split": 2, "num_warps": 4, "BLOCK_C": 64, "num_stages": 4},
-                 {"absorb_split": 2, "num_warps": 4, "BLOCK_C": 64, "num_stages": 3},
-                 {"absorb_split": 2, "num_warps": 4, "BLOCK_C": 128, "PRE_UK": 1, "num_stages": 3}]
-SWEEP_T = {  # extra candidates for a token count (its own bucket)
-    1: {"query": _ABSORB_SPLIT},
-    32: {"query": _ABSORB_SPLIT},
-    # T = 128 down: every column tile re-reads x (T·He elements) from L2, so wider BLOCK_N with one wave of
-    # programs (≤ 132 at 1 program / SM when the tiles need > 114 KB of shared memory)
-    128: {"down": [{"BLOCK_M": 64, "BLOCK_K": 128, "num_warps": 4}, {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8},
-                   {"BLOCK_K": 128, "num_stages": 3}, {"BLOCK_K": 128, "num_stages": 4},
-                   {"BLOCK_M": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}],
-          # query at T = 128 is MMA/issue-bound with one 8-warp program per SM: BLOCK_M 64 at 4 warps fits 2
-          # programs per SM (sm_90 offline: 112 KB shared at 3 stages, 104 KB with BLOCK_K 32 at 5 stages, int8
-          # BLOCK_K 128 at 2 stages 80 KB, no spills); 16 warps at BLOCK_M 128 (4 warpgroups, 128 registers)
-          "query": [{"BLOCK_M": 64, "num_warps": 4, "num_stages": 3}, {"BLOCK_M": 64, "num_warps": 4, "BLOCK_K": 32, "num_stages": 5},
-                    {"BLOCK_M": 64, "num_warps": 4, "BLOCK_K": 32, "num_stages": 4},
-                    {"BLOCK_M": 64, "num_warps": 4, "BLOCK_K": 128, "num_stages": 2},
-                    {"BLOCK_M": 128, "num_warps": 16, "num_stages": 3}]},
+# query "fuse_row_max_t": row + query kernels in ONE launch at T <= it (one token tile): every query program first
+# recomputes the cq -> cqn rows (split-K sum, RmsNorm, int8 quant) into the shared buffer, T extra programs write the
+# kv / kr cache rows; removes the row kernel (2.9-4.7 us at T = 1, latency-bound) and one launch gap (sm_90 offline:
+# 255 registers, no spills, bf16 and int8)
+_FUSE = [{"fuse_row_max_t": 1}, {"fuse_row_max_t": 1, "uk_l2": 1}, {"fuse_row_max_t": 1, "uk_l2": 1, "PRE_UK": 0}]
+SWEEP_MODE_T = {  # extra candidates for (mode, token count)
+    ("bf16", 1): {"query": _FUSE + [{"uk_l2": 1, "PRE_UK": 0, "uk_l2_rows": 8}, {"uk_l2": 1, "PRE_UK": 0, "num_stages": 5}],
+                  "row": [{"num_warps": 8}]},
+    ("bf16", 32): {"query": [{"uk_l2": 1, "PRE_UK": 0, "uk_l2_rows": 8}], "row": [{"num_warps": 8}]},
+    ("bf16", 128): {"query": [{"uk_l2": 1, "uk_l2_rows": 8}], "row": [{"num_warps": 16, "parts": 1}]},
+    # int8 down at T = 1 (6.4 us for 15 MB: 2.4 TB/s): more bytes in flight per program (BLOCK_K 256, 20 KB per
+    # stage) or twice the programs (split_k 16, 3-4 K steps each)
+    # int8 query at T <= 32 (18.7 us of the 30.7 at T = 1): with the tail in L2, more W_UQ_QR bytes in flight (5
+    # stages, or BLOCK_K 256 = 53 KB per stage, the launcher lowers stages to fit shared memory)
+    ("a8w8", 1): {"query": _FUSE + [{"uk_l2": 1, "num_stages": 5}, {"uk_l2": 1, "PRE_UK": 0, "num_stages": 5},
+                            {"uk_l2": 1, "PRE_UK": 0, "BLOCK_K": 256, "num_stages": 3}],
+                  "row": [{"num_warps": 8}], "down": [{"BLOCK_K": 256, "num_stages": 3}, {"split_k": 16}]},
+    ("a8w8", 32): {"query": [{"uk_l2": 1, "num_stages": 5}, {"uk_l2": 1, "PRE_UK": 0, "num_stages": 5}],
+                   "row": [{"num_warps": 8}], "down": [{"BLOCK_K": 256, "num_stages": 3}]},
+    ("a8w8", 128): {"query": [{"uk_l2": 1, "uk_l2_rows": 8}], "row": [{"parts": 2, "num_warps": 8}]},
 }
+# the query candidates apply where the JSON's query bucket has one token tile per head (T <= 32); at T = 128 only
+# the SWEEP_MODE_T one
+QUERY_MAX_T = 32
 
 
-def sweep_candidates(T: int) -> list[tuple[str, dict]]:
-    """(kernel, override) pairs for token count T (the JSON's own choice is timed separately)."""
+def sweep_candidates(T: int, mode: str = "bf16") -> list[tuple[str, dict]]:
+    """(kernel, override) pairs for (mode, token count T) (the JSON's own choice is timed separately)."""
     out = []
-    # prefetch_tail only changes anything where the JSON's query bucket pre-loads W_UK chunks (PRE_UK)
-    pre = int(K._bucket(T, K._all_configs()["cuda"]["query"]["buckets"]).get("PRE_UK", 0))
-    for kern in ("row", "query", "down"):  # most expected gain first (a budget cut drops the tail)
-        for ov in SWEEP[kern] + SWEEP_T.get(T, {}).get(kern, []):
-            if ov.get("prefetch_tail") and not pre:
-                continue
+    extra = SWEEP_MODE_T.get((mode, T), {})
+    for kern in ("query", "row", "down"):  # most expected gain first (a budget cut drops the tail)
+        base = SWEEP[kern] if kern != "query" or T <= QUERY_MAX_T else []
+        for ov in base + extra.get(kern, []):
             out.append((kern, ov))
     return out
 
@@ -185,11 +185,19 @@ def profile_kernels(sets: list[dict], overrides=None) -> dict[str, float]:
         torch.cuda.synchronize()
     out: dict[str, float] = {}
     for e in prof.key_averages():
-        for name in ("_down_kernel", "_row_kernel", "_query_kernel"):
+        for name in ("_row_query_kernel", "_down_kernel", "_row_kernel", "_query_kernel"):  # fused one first
             if name in e.key:
                 tot = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
                 out[name] = tot / max(e.count, 1)
+                break
     return out
+
+
+def kernel_us_text(kt: dict) -> str:
+    """'down a, row b, query c' (or 'down a, row+query (one launch) d' for the fused launch)."""
+    if "_row_query_kernel" in kt:
+        return f"down {kt.get('_down_kernel', 0):.1f}, row+query (one launch) {kt['_row_query_kernel']:.1f}"
+    return f"down {kt.get('_down_kernel', 0):.1f}, row {kt.get('_row_kernel', 0):.1f}, query {kt.get('_query_kernel', 0):.1f}"
 
 
 def check_correct(inp: dict) -> str:
@@ -220,7 +228,7 @@ def bench(mode: str, T: int, N: int, cbw: float, sweep: bool, rows: list, sweep_
                int8_query=mode == "a8w8")
     cands = [("json", None)]
     if sweep:
-        cands += [(f"{k} {ov}", {k: ov}) for k, ov in sweep_candidates(T)]
+        cands += [(f"{k} {ov}", {k: ov}) for k, ov in sweep_candidates(T, mode)]
     if warm:
         for name, ov in cands:
             try:
@@ -277,8 +285,12 @@ def bucket_config(mode: str, T: int, kern: str, ov: dict | None) -> dict:
     """The JSON bucket (or row section) the launcher uses for (mode, T, kernel), with ``ov`` applied: what to
     paste into ops/triton/configs/mla_prolog.json["cuda"]."""
     cfg = K._all_configs()["cuda"][kern]
-    if kern == "row":
-        b = dict(cfg)
+    if kern == "row" and not any(k.startswith("buckets") for k in cfg):
+        b = dict(cfg)   # flat row section
+    elif kern == "row":  # the row bucket for (mode, T): "buckets_int8" when token_x is int8 (a8w8)
+        key = "buckets_int8" if mode == "a8w8" and "buckets_int8" in cfg else "buckets"
+        b = dict(K._bucket(T, cfg[key]))
+        b["_table"] = key
     else:  # a8w8 winners go to "buckets_int8" (the launcher's table for int8 operands; create it from
         # "buckets" where the JSON has none yet)
         key = "buckets_int8" if mode == "a8w8" else "buckets"
@@ -323,7 +335,7 @@ def sweep_shape(mode: str, T: int, N: int, cbw: float, sweep_rows: list, winners
     if bad:
         base = float("inf")
     best: dict[str, tuple[float, dict]] = {}
-    for kern, ov in sweep_candidates(T):
+    for kern, ov in sweep_candidates(T, mode):
         if time.time() > t_end:
             log(f"[budget] {mode} T={T}: stopping the sweep early")
             break
@@ -351,8 +363,7 @@ def sweep_shape(mode: str, T: int, N: int, cbw: float, sweep_rows: list, winners
             break
         try:  # where the time goes: per-kernel device µs (torch.profiler, eager calls, rotating weights)
             kt = profile_kernels(sets, ov)
-            sweep_rows.append(f"| {mode} | {T} | {name}: per-kernel µs | down {kt.get('_down_kernel', 0):.1f}, row "
-                              f"{kt.get('_row_kernel', 0):.1f}, query {kt.get('_query_kernel', 0):.1f} | |")
+            sweep_rows.append(f"| {mode} | {T} | {name}: per-kernel µs | {kernel_us_text(kt)} | |")
             log(sweep_rows[-1])
         except Exception as e:  # noqa: BLE001
             log(f"profiler failed: {e}")
@@ -402,7 +413,7 @@ def _warm_jobs(modes, Ts, diag: bool = False) -> list[tuple[str, int, dict | Non
     for mode in modes:
         for T in Ts:
             jobs.append((mode, T, None))
-            jobs += [(mode, T, {k: ov}) for k, ov in sweep_candidates(T)]
+            jobs += [(mode, T, {k: ov}) for k, ov in sweep_candidates(T, mode)]
     return jobs
 
 

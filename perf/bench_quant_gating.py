@@ -371,76 +371,58 @@ def _gv(bn, bk, w, split=1, **kw):
     return _mm(_qc(1, bn, bk, w, 3, split=split, mma="gemv", **kw))
 
 
-# Round 5 (issue 4: decode floors of K7168 N2112 at M 1/16/64/128 and q_b K1536 N24576 at M 128). Earlier rounds:
-# docs/perf/quant_sweep2.md .. quant_sweep4.md. Name: BMxBNxBK (tokens x weight columns x K), _sS stages, _wW warps,
-# _kS split_k forced to S (else "auto": split until ~132 work items, or _tT items), _uU reduce_unroll U (the
-# last-arriving split loads U partials at once), _dP persistent grid of P programs per SM with dynamic work
-# fetching, sw_ = swap-AB, gv_ = GEMV,
-# _mm = x rows past M masked. Each group: the M values and (K, N) shapes it is judged on (worst shape), the bucket
-# keys its WINNER line carries (paste before the bucket it replaces in configs/quant.json "cuda").
+# Round 6 (issue 4: decode floors of K7168 N2112 at M 1/16/64/128 and q_b K1536 N24576 at M 128). Earlier rounds:
+# docs/perf/quant_sweep2.md .. quant_sweep5.md (round 5: GEMV, swap-AB, unrolled reductions and persistent grids at
+# M <= 64 all lost to the defaults; its clear losers are gone from this table). Name: BMxBNxBK (tokens x weight
+# columns x K), _sS stages, _wW warps, _kS split_k forced to S (else "auto": split until ~132 work items, or _tT
+# items), _gG GROUP_M, _uU reduce_unroll U, _dP persistent grid of P programs per SM, sw_ = swap-AB, gv_ = GEMV,
+# _mm = x rows past M masked. "cta/SM" in the comments: CTAs resident per SM by shared memory and registers
+# (offline sm_90a compile, tests/gpu/results/qmm_round6_offline.md). Each group: the M values and (K, N) shapes it
+# is judged on (worst shape), the bucket keys its WINNER line carries (paste before the bucket it replaces in
+# configs/quant.json "cuda").
 QMM_OUT = [torch.bfloat16]  # --smoke: fp32 (the interpreter truncates fp32 -> bf16, the reference rounds)
 QMM_GROUPS = {
+    # M <= 64, N2112: the defaults again (regression rows) and round 5's closest runners-up (within 2-5 %)
     "m1_n2112": dict(Ms=(1,), shapes=[(7168, 2112)], keys=dict(max_m=1, max_n=2560), cands={
-        # GEMV: no tensor cores, BN weight rows x BK per step in registers, 16 K summed in-thread (48-92 registers,
-        # ld.global.v4, no cp.async and no shared memory in the loop): the loads in flight per SM are the CTAs
-        # resident on it x BN x BK, so wide BK or split-K (each item a single BK step) keep 16-64 KB in flight
-        "gv_1x2x1024_w2": _gv(2, 1024, 2), "gv_1x4x1024_w4": _gv(4, 1024, 4), "gv_1x8x1024_w4": _gv(8, 1024, 4),
-        "gv_1x4x2048_w4": _gv(4, 2048, 4), "gv_1x8x4096_w8": _gv(8, 4096, 8),
-        "gv_1x8x1024_w4_k2": _gv(8, 1024, 4, split=2), "gv_1x8x1024_w4_k7_u4": _gv(8, 1024, 4, split=7, ru=4),
-        "gv_1x16x1024_w8_k7_u4": _gv(16, 1024, 8, split=7, ru=4), "gv_1x8x512_w4_k14_u4": _gv(8, 512, 4, split=14, ru=4),
-        # the same with a persistent grid (4 programs per SM) fetching items from an int32 counter
-        "gv_1x8x1024_w4_k7_u4_d4": _gv(8, 1024, 4, split=7, ru=4, dyn=4),
-        "gv_1x8x512_w4_k14_u4_d4": _gv(8, 512, 4, split=14, ru=4, dyn=4),
         "sw_16x64x256_s6": _sw(16, 64, 256, 4, 6),
-        "16x16x512_s8_k1_mm": _mm(_qc(16, 16, 512, 4, 8, split=1)),
     }),
     "m16_n2112": dict(Ms=(1, 16), shapes=[(7168, 2112)], keys=dict(max_m=16, max_n=2560), cands={
-        # swap-AB: 64 weight rows x 16 tokens on wgmma (m64n16k32), 33 tiles x 4 splits (or 8: 2 CTAs/SM)
-        "sw_16x64x256_s6": _sw(16, 64, 256, 4, 6), "sw_16x64x512_s4": _sw(16, 64, 512, 4, 4),
-        "sw_16x64x128_s8": _sw(16, 64, 128, 4, 8), "sw_16x64x256_s4_t264": _sw(16, 64, 256, 4, 4, target=264),
-        "sw_16x128x256_w8_s4": _sw(16, 128, 256, 8, 4), "sw_16x64x256_s4_t264_u4": _sw(16, 64, 256, 4, 4, target=264, ru=4),
-        "sw_16x64x128_s8_t264_u4": _sw(16, 64, 128, 4, 8, target=264, ru=4),
-        "sw_16x64x128_s6_t528_u4": _sw(16, 64, 128, 4, 6, target=528, ru=4),   # 14 splits of 512: 462 items, 3 CTAs/SM
-        # the mma.sync tile (current default 16x16x512_s8_k1_mm) with more CTAs / bytes per SM
-        "16x16x512_s4_k2_mm": _mm(_qc(16, 16, 512, 4, 4, split=2)), "16x16x256_s8_k1_mm": _mm(_qc(16, 16, 256, 4, 8, split=1)),
-        "16x16x1024_s4_k1_mm": _mm(_qc(16, 16, 1024, 4, 4, split=1)),
-        "16x16x512_s8_w8_k1_mm": _mm(_qc(16, 16, 512, 8, 8, split=1)),
-        "16x32x256_s8_k2_mm": _mm(_qc(16, 32, 256, 4, 8, split=2)),
-        # persistent grids (_dP: P programs per SM) taking more work items than they are, from an int32 counter
-        "16x16x512_s4_k4_mm_d2": _mm(_qc(16, 16, 512, 4, 4, split=4, ru=4, dyn=2)),
-        "16x16x256_s6_k7_mm_d3": _mm(_qc(16, 16, 256, 4, 6, split=7, ru=4, dyn=3)),
-        "sw_16x64x128_s6_t528_u4_d2": _sw(16, 64, 128, 4, 6, target=528, ru=4, dyn=2),
+        "sw_16x64x128_s8": _sw(16, 64, 128, 4, 8),
     }),
     "m64_n2112": dict(Ms=(64,), shapes=[(7168, 2112)], keys=dict(max_m=64, max_n=2560), cands={
-        "sw_64x64x256_s4": _sw(64, 64, 256, 4, 4), "sw_64x64x128_s6": _sw(64, 64, 128, 4, 6),
-        "sw_64x64x256_s3_t264": _sw(64, 64, 256, 4, 3, target=264), "sw_64x128x256_w8_s3": _sw(64, 128, 256, 8, 3),
-        "sw_64x128x128_w8_s5": _sw(64, 128, 128, 8, 5),
-        "sw_64x64x256_s4_u4": _sw(64, 64, 256, 4, 4, ru=4), "sw_64x64x128_s6_u4": _sw(64, 64, 128, 4, 6, ru=4),
-        "sw_64x128x256_w8_s3_u4": _sw(64, 128, 256, 8, 3, ru=4),
-        "64x16x256_s6_k1": _qc(64, 16, 256, 4, 6, split=1), "64x32x256_s5_t264": _qc(64, 32, 256, 4, 5, target=264),
-        "sw_64x64x128_s6_t528_u4_d2": _sw(64, 64, 128, 4, 6, target=528, ru=4, dyn=2),
+        "64x16x256_s6_k1": _qc(64, 16, 256, 4, 6, split=1), "sw_64x64x256_s4_u4": _sw(64, 64, 256, 4, 4, ru=4),
     }),
     "m128_n2112": dict(Ms=(128,), shapes=[(7168, 2112)], keys=dict(max_m=128, max_n=2560), cands={
-        # swap-AB: weights read once per M (one 128-token tile), 64/128 weight rows per tile
-        "sw_128x64x128_s6": _sw(128, 64, 128, 4, 6), "sw_128x64x256_s4": _sw(128, 64, 256, 4, 4),
-        "sw_128x64x128_s4_t264": _sw(128, 64, 128, 4, 4, target=264),
-        "sw_128x128x128_w8_s5": _sw(128, 128, 128, 8, 5), "sw_128x128x64_w8_s6": _sw(128, 128, 64, 8, 6),
-        "sw_128x64x128_s6_u2": _sw(128, 64, 128, 4, 6, ru=2), "sw_128x128x128_w8_s5_u2": _sw(128, 128, 128, 8, 5, ru=2),
-        # 128 tokens x 16 columns: 132 tiles, no split, weights once (x re-read from L2 by every tile)
-        "128x16x256_s4": _qc(128, 16, 256, 4, 4), "128x16x128_s6": _qc(128, 16, 128, 4, 6),
-        "128x32x256_s4": _qc(128, 32, 256, 4, 4),
-        "sw_128x64x128_s4_t528_u2_d2": _sw(128, 64, 128, 4, 4, target=528, ru=2, dyn=2),
+        # the default (BM64 BN32 BK256 s4, 2 splits: 264 items at 2 CTA/SM = one wave) with more bytes in flight
+        # per SM: 3 splits at s3 (396 items, 3 CTA/SM) or BK128 in 4 splits at s4 (528 items, 4 CTA/SM); the
+        # last-arriving split loads the other partials at once (_u4: one L2 round trip, not SPLIT_K - 1 serial ones)
+        "64x32x256_s3_k3_u4": _qc(64, 32, 256, 4, 3, split=3, ru=4),
+        "64x32x128_s4_k4_u4": _qc(64, 32, 128, 4, 4, split=4, ru=4),
+        # GROUP_M 2: the two 64-token tiles of a weight column are neighbours (the second read hits L2)
+        "64x32x256_s4_k2_g2": _qc(64, 32, 256, 4, 4, split=2, gm=2),
+        # one 128-token tile: weights read once (L2 traffic 75 vs 91 MB), 66 tiles x 4 splits = 264 items, 2 CTA/SM
+        "128x32x128_s4_k4_u4": _qc(128, 32, 128, 4, 4, split=4, ru=4),
+        # swap-AB 64 weight rows x 128 tokens: 33 x 8 = 264 items at 2 CTA/SM, x re-read 33x not 66x (45 MB);
+        # round 5's s4 t264 (serial reduction) took 15.9 us; _u4 spills 92 B offline, _u2 does not
+        "sw_128x64x128_s3_t264_u2": _sw(128, 64, 128, 4, 3, target=264, ru=2),
     }),
-    "m128_qb": dict(Ms=(128,), shapes=[(1536, 24576)], keys=dict(max_m=128, min_n=8192), cands={
-        # fewer re-reads of the 128x1536 x tile (384 x 196 KB from L2 with BN64): wider weight tiles; 96 / 192
-        # tiles leave a partial last wave on 132 SMs (the default's 384 tiles do not), so also 2 K splits
-        "128x128x128_w8_s4_k2": _qc(128, 128, 128, 8, 4, split=2), "sw_128x128x128_w8_s4_k2": _sw(128, 128, 128, 8, 4, split=2),
-        # the default tile (384 tiles = 2.9 waves) with a persistent grid of 1 / 2 programs per SM fetching tiles
-        "128x64x128_s4_d1": _qc(128, 64, 128, 4, 4, dyn=1), "128x64x128_s4_d2": _qc(128, 64, 128, 4, 4, dyn=2),
-        "128x256x128_w8_s3": _qc(128, 256, 128, 8, 3), "128x128x256_w8_s3": _qc(128, 128, 256, 8, 3),
-        "128x128x128_w4_s4": _qc(128, 128, 128, 4, 4),
-        "sw_128x64x128_s6": _sw(128, 64, 128, 4, 6), "sw_128x128x128_w8_s4": _sw(128, 128, 128, 8, 4),
-        "sw_128x256x128_w8_s3": _sw(128, 256, 128, 8, 3),   # (with 2 splits it spills 172 B offline: left out)
+    "m128_qb": dict(Ms=(65, 128), shapes=[(1536, 24576)], keys=dict(max_m=128, min_n=8192, max_k=2048), cands={
+        # default = round 5's winner sw_128x256x128_w8_s3 (96 tiles on 132 SMs, 1 CTA/SM, 2 stages in flight); split_k 1
+        # as in the bucket (a 4-split plan at N 8192 / K 2048 would take the partials kernel, which spilled for 128x256)
+        "old_128x64x128_s4": _qc(128, 64, 128, 4, 4, split=1),              # the default before round 6 (19.50 us)
+        # the 96 wide tiles with more loads in flight: 4 stages of BK128 / 6-8 of BK64 (192 / 144 / 192 KB)
+        "sw_128x256x128_w8_s4": _sw(128, 256, 128, 8, 4, split=1), "sw_128x256x64_w8_s6": _sw(128, 256, 64, 8, 6, split=1),
+        "sw_128x256x64_w8_s8": _sw(128, 256, 64, 8, 8, split=1),
+        # every SM busy in one wave: 384 BN64 tiles at 3 CTA/SM (72 KB each), 192 BN128 tiles at 2 CTA/SM (96 KB)
+        "128x64x128_s3": _qc(128, 64, 128, 4, 3, split=1), "sw_128x64x128_s3": _sw(128, 64, 128, 4, 3, split=1),
+        "sw_128x128x128_w4_s3": _sw(128, 128, 128, 4, 3, split=1), "128x128x128_w4_s3": _qc(128, 128, 128, 4, 3, split=1),
+    }),
+    # the dense MLP at M 65..128 (N >= 8192, K 7168: the bucket after the q_b one, max_k 2048 keeps it off the
+    # 96-tile swap tile): dense_gate (one of gate / up) and the fused gate_up the layer runs; 132 / 264 MB weights
+    "m128_dense": dict(Ms=(128,), shapes=[(7168, 18432), (7168, 36864)], keys=dict(max_m=128, min_n=8192), cands={
+        "sw_128x256x128_w8_s3": _sw(128, 256, 128, 8, 3),          # the q_b tile: 72 / 144 tiles of 1 CTA/SM
+        "128x64x128_s3": _qc(128, 64, 128, 4, 3), "sw_128x64x128_s3": _sw(128, 64, 128, 4, 3),
+        "sw_128x128x128_w4_s3": _sw(128, 128, 128, 4, 3), "128x128x128_w4_s3": _qc(128, 128, 128, 4, 3),
     }),
 }
 ROW_SHAPES = [(4096, 7168, True), (4096, 7168, False), (4096, 1536, True), (128, 7168, True), (16, 7168, True),

@@ -422,10 +422,15 @@ def test_plan_reads_shapes_only_and_fills_the_device():
     assert d["SPLIT_K"] > 1 and d["grid"] >= 132
     assert d["SPLIT_K"] * d["K_PER_SPLIT"] >= 7168 > (d["SPLIT_K"] - 1) * d["K_PER_SPLIT"]
     assert p["query"]["grid"] == 128
-    # W_UK prefetch programs (CUDA only) come after the T row programs; one token tile → W_UQ_QR evict-first
+    # "cuda" row buckets (H200 sweep 2): T ≤ 32 two programs per token, 16 warps, no W_UK prefetch programs;
+    # one token tile → W_UQ_QR evict-first
     r = p["row"]
-    assert r["n_row"] == 1 and r["PF_BLOCK"] > 0 and r["grid"] == 1 + 2 * 132
-    assert p["query"]["EV_W"] == "evict_first" and p["query"]["EV_UK"] == "evict_first"
+    assert r["n_row"] == 2 and r["PARTS"] == 2 and r["num_warps"] == 16 and r["PF_BLOCK"] == 0 and r["grid"] == 2
+    assert p["query"]["EV_W"] == "evict_first" and p["query"]["EV_UK"] == ""
+    # W_UK prefetch programs (prefetch_uk 1) come after the row programs, and the query's W_UK reads get evict-first
+    pp = K.plan(1, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="cuda", cores=132,
+                overrides={"row": {"prefetch_uk": 1}})
+    assert pp["row"]["PF_BLOCK"] > 0 and pp["row"]["grid"] == 2 + 2 * 132 and pp["query"]["EV_UK"] == "evict_first"
     pa = K.plan(1, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="ascend")
     assert pa["row"]["PF_BLOCK"] == 0 and pa["row"]["grid"] == pa["row"]["n_row"]
     assert pa["query"]["EV_W"] == "" and pa["query"]["EV_UK"] == ""
@@ -461,7 +466,8 @@ def test_cuda_graph_capture(monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["bf16", "partial_c8"])
-@pytest.mark.parametrize("row", [{}, {"parts": 2}, {"prefetch_tail": 1}, {"parts": 2, "prefetch_tail": 1, "num_warps": 8}])
+@pytest.mark.parametrize("row", [{"parts": 1}, {"parts": 2}, {"prefetch_tail": 1, "parts": 1},
+                                 {"parts": 2, "prefetch_tail": 1, "num_warps": 8}])
 def test_P2_P3_cuda_table_prefetch_programs_write_nothing_with_checks_off(mode, row, monkeypatch, row_cfg):
     """The "cuda" table's row kernel (W_UK L2-prefetch programs after the token programs, their store masked
     off; PRE_UK chunks in the query kernel) with DS_OPS_CHECKS=0, −1 and out-of-range cache ids: the caches,
@@ -469,11 +475,11 @@ def test_P2_P3_cuda_table_prefetch_programs_write_nothing_with_checks_off(mode, 
     which the prefetch programs read) stays bit-identical; the outputs match the reference."""
     monkeypatch.setenv("DS_OPS_CHECKS", "0")
     monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
-    row_cfg("cuda", **row)
+    row_cfg("cuda", prefetch_uk=1, **row)
     inp = small(mode, T=7, seed=21)
     p = K.plan(7, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda")
     assert p["row"]["PF_BLOCK"] > 0 and p["row"]["grid"] > p["row"]["n_row"], "prefetch programs must run here"
-    parts = row.get("parts", 1)
+    parts = row["parts"]
     assert p["row"]["n_row"] == 7 * parts and p["row"]["PARTS"] == parts
     # prefetch_tail: only the W_UK columns after the query kernel's PRE_UK chunks (2 × 128 of 512)
     assert (p["row"]["pf_c0"], p["row"]["PF_W"]) == ((256, 256) if row.get("prefetch_tail") else (0, 0))
@@ -534,6 +540,9 @@ def row_cfg(monkeypatch):
     def use(table, **row):
         cfg = copy.deepcopy(orig())
         cfg[table]["row"].update(row)
+        for key in ("buckets", "buckets_int8"):          # per-T buckets override the section's keys
+            for b in cfg[table]["row"].get(key, []):
+                b.update(row)
         monkeypatch.setattr(K, "_all_configs", lambda: cfg)
         K._cached_plan.cache_clear()
         K._cached_launch.cache_clear()
@@ -571,7 +580,13 @@ def test_P2_P3_row_parts2_out_of_range_never_writes(mode, table, row_cfg, monkey
     unlisted row bit-identical; the kv / kr rows come from the second program of a token."""
     monkeypatch.setenv("DS_OPS_CHECKS", "0")
     row_cfg(table, parts=2)
-    inp = small(mode, T=6, seed=43)
+    _out_of_range_never_writes(mode, seed=43)
+
+
+def _out_of_range_never_writes(mode, seed):
+    """Caches inside larger NaN / random buffers (guard blocks), cache ids −1 and ≥ num_slots: only the valid
+    rows change (bit for bit elsewhere), outputs and valid rows match the reference."""
+    inp = small(mode, T=6, seed=seed)
     guards = {}
     for name in ("kv_cache", "kr_cache"):
         c = inp[name]
@@ -659,3 +674,125 @@ def test_query_absorb_split_pre_uk_chunks_and_odd_dims(mode, entries, query_cfg)
     with um.patch.object(K, "_backend_key", lambda device: "cuda"):
         compare(small(mode, T=3, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=51))
         compare(small(mode, T=2, He=1000, seed=52))
+
+
+# ----------------------------------------------------------------------------------------------
+# row config buckets per T ("row": {..., "buckets": [...], "buckets_int8": [...]}, first with T ≤ max_t)
+# ----------------------------------------------------------------------------------------------
+def test_row_buckets_by_T_int8_table_and_flat_form(table, monkeypatch):
+    """The row section's buckets are picked by T (and "buckets_int8" for int8 token_x), their entries override
+    the section's keys; a flat section (the older form, and the "ascend" table) is used as it is. Each pick runs
+    against the reference (outputs poisoned, unused cache slots NaN)."""
+    import copy
+    cfg = copy.deepcopy(K._all_configs())
+    sec = {k: v for k, v in cfg[table]["row"].items() if not k.startswith("buckets")}
+    sec.update(num_warps=4, prefetch_uk=1, parts=1)
+    cfg[table]["row"] = dict(sec, buckets=[{"max_t": 2, "parts": 2, "num_warps": 8}, {"max_t": 1 << 30, "prefetch_uk": 0}],
+                             buckets_int8=[{"max_t": 1 << 30, "parts": 2}])
+    monkeypatch.setattr(K, "_all_configs", lambda: cfg)
+    K._cached_plan.cache_clear()
+    K._cached_launch.cache_clear()
+    try:
+        def row(T, int8=False):
+            return K.plan(T, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key=table, int8_down=int8)["row"]
+        r1, r5, r5i = row(1), row(5), row(5, True)
+        assert (r1["PARTS"], r1["num_warps"]) == (2, 8) and "max_t" not in r1
+        assert (r5["PARTS"], r5["num_warps"]) == (1, 4)
+        assert (r5i["PARTS"], r5i["num_warps"]) == (2, 4)
+        if table == "cuda":   # prefetch_uk from the section (T = 1, int8) or the bucket (T = 5)
+            assert r1["PF_BLOCK"] > 0 and r5["PF_BLOCK"] == 0 and r5i["PF_BLOCK"] > 0
+        assert K._row_section(sec, 5, True) == sec          # flat form: as it is
+        compare(small("bf16", T=1, seed=70))
+        compare(small("bf16", T=5, seed=71))
+        compare(small("a8w8", T=5, seed=72))
+    finally:
+        K._cached_plan.cache_clear()
+        K._cached_launch.cache_clear()
+
+
+# ----------------------------------------------------------------------------------------------
+# query kernel reading its W_UK tail into L2 during the K loop (config "query": {"uk_l2": 1})
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("entries,mode,width", [
+    (dict(uk_l2=1), "bf16", 256),                                       # PRE_UK 2 × 128 of 512: the other half
+    (dict(uk_l2=1, uk_l2_rows=8, PRE_UK=1, BLOCK_C=64), "partial", 512),
+    (dict(uk_l2=1, PRE_UK=0), "a8w8", 512),
+    (dict(uk_l2=1), "a8w8_c8", 512),                                    # full + C8: no PRE_UK, whole W_UK[h]
+    (dict(uk_l2=1, absorb_split=2, PRE_UK=1, BLOCK_C=64), "bf16", 256),  # each half's 192 columns after its chunk
+    (dict(uk_l2=1, PRE_UK=4, BLOCK_C=128), "partial", 0),               # nothing left after the K loop: off
+])
+def test_query_uk_l2_prefetch_matches_reference(entries, mode, width, query_cfg, monkeypatch):
+    """"cuda" table, uk_l2: each K step also loads rows of the head's W_UK tail (evict-last) into a dummy whose
+    store is masked off; outputs are poisoned (an unmasked dummy store would corrupt query), W_UK stays unchanged,
+    DeepSeek dims and odd dims (Hckv 80: masked tail columns, D 48: rows past D masked)."""
+    query_cfg("cuda", **entries)
+    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    p = K.plan(5, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda", int8_query=mode != "bf16")
+    lp = K._make_launch(p, mode.startswith("a8w8"), mode != "bf16", mode.endswith("c8"), False, False, False, CUDA)
+    assert lp.query_kw.get("UK_L2_W", 0) == width and (lp.query_kw.get("UK_L2_R", 0) > 0) == (width > 0)
+    assert p["query"]["EV_UK"] == "evict_first"
+    pa = K.plan(5, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="ascend")
+    assert not pa["query"]["UK_L2"]                                      # CUDA only
+    inp = small(mode, T=5, seed=60)
+    wuk = inp["weight_uk"].clone()
+    compare(inp)
+    assert torch.equal(bits(inp["weight_uk"]), bits(wuk))
+    compare(small(mode, T=3, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=61))
+
+
+@pytest.mark.parametrize("mode", ["bf16", "a8w8_c8"])
+def test_P2_P3_cuda_defaults_and_uk_l2_out_of_range_never_writes(mode, query_cfg, monkeypatch):
+    """The "cuda" table as shipped (row buckets) plus uk_l2, checks off: −1 / out-of-range cache ids never
+    written (guard blocks around the caches, unlisted rows bit for bit)."""
+    monkeypatch.setenv("DS_OPS_CHECKS", "0")
+    query_cfg("cuda", uk_l2=1)
+    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    _out_of_range_never_writes(mode, seed=62)
+
+
+# ----------------------------------------------------------------------------------------------
+# row + query kernels in one launch (config "query": {"fuse_row_max_t": n}, CUDA, T ≤ n and one token tile)
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", M.MODES)
+@pytest.mark.parametrize("T", [1, 5])
+def test_fused_row_query_modes_match_reference(mode, T, query_cfg, monkeypatch):
+    """fuse_row_max_t: one _row_query_kernel launch (every query program recomputes the cq → cqn rows into the
+    shared buffer, then its (head, tile) item; T more programs write the kv / kr cache rows) in every mode;
+    outputs and the cqn buffer poisoned, unused cache slots NaN / random int8 compared bit for bit."""
+    query_cfg("cuda", fuse_row_max_t=8)
+    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    p = K.plan(T, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda", int8_query=mode != "bf16")
+    lp = K._make_launch(p, mode.startswith("a8w8"), mode != "bf16", mode.endswith("c8"), False, False, False, CUDA)
+    assert p["query"]["FUSE_ROW"] and lp.fuse_grid == (lp.query_grid[0] + T,)
+    compare(small(mode, T=T, seed=80 + T))
+
+
+@pytest.mark.parametrize("entries", [dict(fuse_row_max_t=8, uk_l2=1), dict(fuse_row_max_t=8, absorb_split=2, PRE_UK=1, BLOCK_C=64)])
+@pytest.mark.parametrize("mode", ["bf16", "a8w8_c8", "partial"])
+def test_fused_row_query_odd_dims_split_k_and_options(mode, entries, query_cfg, monkeypatch):
+    """Fused launch with uk_l2 / absorb_split, dims that are not powers of two (masks) and split-K over He 1000."""
+    query_cfg("cuda", **entries)
+    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    compare(small(mode, T=3, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=81))
+    compare(small(mode, T=2, He=1000, seed=82))
+
+
+def test_fused_row_query_only_where_it_applies(query_cfg):
+    """Not fused above fuse_row_max_t, when T needs more than one token tile, or on the "ascend" table."""
+    query_cfg("cuda", fuse_row_max_t=64, BLOCK_M=16)
+
+    def fused(T, table="cuda", **kw):
+        return K.plan(T, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key=table, **kw)["query"]["FUSE_ROW"]
+    assert fused(1) and fused(16) and not fused(17)
+    assert not fused(1, "ascend", overrides={"query": {"fuse_row_max_t": 64}})
+    assert not K.plan(1, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda",
+                      overrides={"query": {"fuse_row_max_t": 0}})["query"]["FUSE_ROW"]
+
+
+@pytest.mark.parametrize("mode", ["bf16", "a8w8_c8", "partial_c8"])
+def test_P2_P3_fused_row_query_out_of_range_never_writes(mode, query_cfg, monkeypatch):
+    """Fused launch, checks off: −1 / out-of-range cache ids never written (guard blocks, unlisted rows bit for bit)."""
+    monkeypatch.setenv("DS_OPS_CHECKS", "0")
+    query_cfg("cuda", fuse_row_max_t=8)
+    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    _out_of_range_never_writes(mode, seed=83)

@@ -886,9 +886,15 @@ def test_cuda_compile_cases_carry_mask_m():
     only the fused (one split) kernel; the other buckets keep MASK_M off; Ascend never sets it."""
     cases = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_kernel]
     masked = [c for c in cases if c["constexprs"]["MASK_M"]]
-    assert masked and all(not c["constexprs"]["PARTIALS"] and c["constexprs"]["WRAP"]
-                          and (c["constexprs"]["BLOCK_N"], c["constexprs"]["BLOCK_K"]) == (16, 512) for c in masked)
-    assert len(masked) == 4                                                  # even/tail × bf16/fp16
+    mask_buckets = [b for b in _CUDA_QMM["buckets"] if b.get("mask_m")]
+    tiles = {(b["BLOCK_M"], b["BLOCK_N"], b["BLOCK_K"], T._MMA_MODES[b.get("mma", "dot")]) for b in mask_buckets}
+    # the M <= 16 N <= 2560 tile and the swap-AB tiles (M 65..128, N >= 8192), all one split
+    qb = (_QB_BUCKET["BLOCK_M"], _QB_BUCKET["BLOCK_N"], _QB_BUCKET["BLOCK_K"], T._MMA_MODES["swap"])
+    assert {(16, 16, 512, 0), qb} <= tiles and all(b["split_k"] == 1 for b in mask_buckets)
+    assert masked and all(not c["constexprs"]["PARTIALS"] and c["constexprs"]["WRAP"] for c in masked)
+    assert {(c["constexprs"]["BLOCK_M"], c["constexprs"]["BLOCK_N"], c["constexprs"]["BLOCK_K"], c["constexprs"]["MMA"])
+            for c in masked} == tiles
+    assert len(masked) == 4 * len(mask_buckets)                              # even/tail × bf16/fp16
     assert all(not c["constexprs"]["MASK_M"] for c in T.ascend_compile_cases() if c["fn"] is T._qmm_kernel)
     for table in ("cuda", "ascend"):   # buckets that share a max_m (min_n / max_n) still get distinct case names
         names = [c["name"] for c in T.compile_cases(table)]
@@ -1000,12 +1006,13 @@ def test_dynamic_work_fetching_bit_identical_and_counters_reset(mma, bm, split, 
 def test_compile_cases_carry_the_mma_switch(monkeypatch):
     """compile_cases builds a bucket's "mma" into the MMA constexpr (offline sm_90 / Ascend compile of a winner)."""
     cfgs = json.loads(json.dumps(T._all_configs()))
+    base = [c["constexprs"]["MMA"] for c in T.compile_cases("cuda") if c["fn"] is T._qmm_kernel]   # q_b's swap bucket
     cfgs["cuda"]["quant_matmul"]["buckets"].insert(0, dict(_variant("swap", 16, 64, 256), max_m=1, max_n=2560))
     cfgs["cuda"]["quant_matmul"]["buckets"].insert(0, dict(_variant("gemv", 1, 8, 512, dyn=2), max_m=1, max_n=2560))
     monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
     cases = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_kernel]
     mmas = [c["constexprs"]["MMA"] for c in cases]
-    assert mmas.count(2) == 4 and mmas.count(1) == 4          # even/tail x bf16/fp16, one split each
+    assert mmas.count(2) == base.count(2) + 4 and mmas.count(1) == base.count(1) + 4   # even/tail x bf16/fp16, one split
     dyn = [c for c in cases if c["constexprs"]["DYNAMIC"]]
     assert len(dyn) == 4 and all(c["signature"]["cnt_ptr"] == "*i32" and c["constexprs"]["MMA"] == 2 for c in dyn)
     assert all(c["constexprs"]["MMA"] == 0 for c in T.ascend_compile_cases() if c["fn"] is T._qmm_kernel)
@@ -1041,3 +1048,67 @@ def test_gpu_mma_variants_bit_identical_and_graph_safe():
             assert torch.equal(out_g, want), (M, cfg)
     for buf, _ in T._COUNTERS.values():
         assert int(buf.abs().sum()) == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 4, round 6: q_b's decode bucket (M 65..128, N >= 8192, K <= 2048) takes round 5's winner, the swap-AB
+# 128x256x128 tile in one split (18.40 vs 19.50 us on the H200, docs/perf/quant_sweep5.md); max_k keeps the dense
+# MLP (K 7168: 72 / 144 such tiles for 132 SMs) on the BN64 tile of the bucket after it.
+# ----------------------------------------------------------------------------------------------
+_QB_BUCKET = T._bucket(128, _CUDA_QMM, 24576, 1536)
+
+
+@_host
+@pytest.mark.parametrize("M", [64, 65, 100, 127, 128, 129])
+def test_qb_decode_bucket_by_m_n_and_k(M):
+    """Which DeepSeek GEMMs the swap-AB buckets serve at M 65..128 (H200 sweep 6): q_b (K1536 N24576), kv_b-like K512
+    N32768 and the K = 2048 / N = 8192 corner take the K <= 2048 bucket (one K split); dense_gate (K7168 N18432) and the
+    fused gate_up (N36864) the swap bucket after it; narrow N (qkv_a, q_b at TP 8: N 3072) never swap.
+    min_k / max_k are inclusive."""
+    assert _QB_BUCKET.get("mma") == "swap" and int(_QB_BUCKET["max_k"]) == 2048 and int(_QB_BUCKET["min_n"]) == 8192
+    qb_tile = tuple(_QB_BUCKET[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    swap = 65 <= M <= 128
+    for K, N in ((1536, 24576), (512, 32768), (2048, 8192)):
+        p = _cuda_plan(M, N, K)
+        is_qb = p.get("mma") == "swap" and (p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"]) == qb_tile and p["SPLIT_K"] == 1
+        assert is_qb == swap, (M, K, N, p)
+        if swap:
+            assert p["mask_m"] and (p["num_warps"], p["num_stages"]) == (_QB_BUCKET["num_warps"],
+                                                                           _QB_BUCKET["num_stages"])
+    for K, N in ((2049, 8192), (7168, 18432), (7168, 36864)):   # measured with one split (288 / 576 tiles)
+        p = _cuda_plan(M, N, K)
+        assert (p.get("mma", "dot") == "swap") == swap and (not swap or (p["min_n"], p.get("max_k")) == (8192, None)), \
+            (M, K, N, p)
+    for K, N in ((1536, 8191), (1536, 3072), (7168, 2112)):
+        p = _cuda_plan(M, N, K)
+        assert p.get("mma", "dot") == "dot" and p["BLOCK_N"] <= 128, (M, K, N, p)
+    assert T._bucket(M, _CUDA_QMM, 24576) is T._bucket(M, _CUDA_QMM, 24576, 1536)   # K unknown (0): max_k passes
+
+
+@pytest.mark.parametrize("M,K,N,through", [
+    (65, 256, 8192, "table"),      # the table picks it: a 1-row second half of the 128-row tile, 32 column tiles
+    (100, 300, 300, "bucket"),     # K (300) and N (300) not multiples of 128 / 256, 28 rows masked
+    (128, 384, 520, "bucket"),     # full tile, 3 column tiles (the last one 8 columns wide)
+])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_Q1_Q2_qb_swap_bucket_bit_identical(M, K, N, through, out_dtype, gen):
+    """The q_b bucket's own config (swap-AB, rows past M masked, one split) on small analogues, through
+    the table (N >= 8192) or passed as the config (K / N tails): poisoned outputs, bias, bit-identical to the
+    reference."""
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
+    cfg = None if through == "table" else dict(_QB_BUCKET)
+    p = T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key="cuda")
+    assert (p.get("mma"), p["BLOCK_N"], p["SPLIT_K"], p["mask_m"]) == ("swap", _QB_BUCKET["BLOCK_N"], 1, True), p
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg, backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype)
+
+
+@_host
+def test_compile_case_names_carry_the_k_range():
+    """Buckets sharing max_m and min_n (q_b's max_k 2048 one and the dense one after it) get distinct compile-case
+    names; the q_b bucket compiles only the fused kernel (split_k 1: its split-K variant spilled offline)."""
+    names = [c["name"] for c in T.compile_cases("cuda")]
+    assert len(names) == len(set(names))
+    qb = [n for n in names if n.startswith("quant_matmul_m128_n8192-inf_k0-2048_")]
+    assert len(qb) == 4 and all("_fused_" in n for n in qb)
+    assert any(n.startswith("quant_matmul_m128_n8192-inf_fused_") for n in names)

@@ -21,8 +21,9 @@ its weights once with enough programs to fill the device:
    stores, so the kernel cannot write outside the cache even with eager checks off). ``SPLIT_K`` is a
    constexpr here and every load of a token is issued before its first use (latency, not bytes, is what
    this kernel costs). Config ``row.parts`` 2 splits a token over two programs (cq → cqn on one, ckv / kr →
-   caches on the other): at T = 1 the row is otherwise ~2000 dependent instructions of a single program. On CUDA extra programs read W_UK into L2 (evict-last hint) meanwhile: HBM is idle
-   during this kernel, and the query kernel reads W_UK only after its K loop.
+   caches on the other): at T = 1 the row is otherwise ~2000 dependent instructions of a single program. The row
+   config may hold per-T buckets (like down / query). Optionally (``prefetch_uk``, CUDA; off in the JSON since the
+   H200 sweep 2: they cost more than they save) extra programs read W_UK into L2 (evict-last hint) meanwhile.
 3. :func:`_query_kernel` — one program per (head, token tile): ``cqn @ W_UQ_QR[:, head]`` over the head's
    D nope columns and its Dr rope columns (contiguous tiles); epilogue: dequant (int8) → round to dt →
    the nope part is multiplied by W_UK[head]
@@ -33,7 +34,12 @@ its weights once with enough programs to fill the device:
    (exact: one non-zero product per output), so the weight tile stays contiguous (no strided gathers
    that would defeat cp.async pipelining) and no tl.split / reshape is needed (triton-ascend subset).
    On CUDA the first ``PRE_UK`` W_UK chunks are loaded before the K loop, and W_UQ_QR is read with an L2
-   evict-first hint (streamed once) so it does not evict the prefetched W_UK.
+   evict-first hint (streamed once) so it does not evict the prefetched W_UK. Config ``uk_l2`` (CUDA): the K loop
+   also reads the rest of W_UK[h] into L2 (evict-last), so the absorption after the loop reads it from L2.
+
+Config ``fuse_row_max_t`` (CUDA, small T with one token tile): :func:`_row_query_kernel` runs 2 and 3 as ONE
+launch — each query program first recomputes the cq → cqn rows (same code, same bits, into the shared cqn
+buffer; a CTA barrier; it reads only rows it wrote itself), T extra programs do the ckv / kr → cache part.
 
 All quant modes of the reference (bf16, partial, full A8W8, and each with C8) run in these three kernels.
 Measured limits per kernel (H200): docs/perf/mla_prolog.md.
@@ -86,6 +92,18 @@ def _bucket(T: int, buckets: list[dict]) -> dict:
         if T <= int(b["max_t"]):
             return b
     return buckets[-1]
+
+
+def _row_section(rc: dict, T: int, int8: bool) -> dict:
+    """The row kernel's flat config for T tokens: the section's own keys, overridden by the first entry of its
+    "buckets" ("buckets_int8" when the down GEMM's operands are int8 and the section has one) with T ≤ max_t.
+    A section without buckets (the older flat form) is used as it is. Returns a new dict without max_t."""
+    r = {k: v for k, v in rc.items() if not k.startswith("buckets")}
+    key = "buckets_int8" if int8 and "buckets_int8" in rc else "buckets"
+    if key in rc:
+        r.update(_bucket(T, rc[key]))
+        r.pop("max_t", None)
+    return r
 
 
 # ==============================================================================================
@@ -508,7 +526,8 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
                   INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
                   BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr = 0, EV_W: tl.constexpr = "",
-                  EV_UK: tl.constexpr = "", CSPLIT: tl.constexpr = 1):
+                  EV_UK: tl.constexpr = "", CSPLIT: tl.constexpr = 1, UK_L2_R: tl.constexpr = 0,
+                  UK_L2_W: tl.constexpr = 0):
     """Work item = (head h, token tile), token tile fastest (the head's weights are shared in L2).
     CSPLIT 2 (config ``absorb_split``, not with Q8): two items per (head, token tile), adjacent in program
     order; each computes the head's GEMM (the second read of its W_UQ_QR columns meets the first in L2) and
@@ -520,11 +539,31 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
     PRE_UK·BLOCK_C·D·2 bytes with nothing else in flight). Costs D·BLOCK_C·2 bytes of registers per chunk.
     EV_W / EV_UK (CUDA): L2 eviction hints of the W_UQ_QR and W_UK loads ("" = none; "evict_first" for
     W_UQ_QR streamed once, so it does not push out the W_UK the row kernel prefetched with evict-last).
+    UK_L2_R > 0 (CUDA, config ``uk_l2``): K step i also reads rows [i·UK_L2_R, (i+1)·UK_L2_R) of the head's W_UK
+    columns that the absorption reads after the K loop (those after the PRE_UK chunks; UK_L2_W = their width rounded
+    up to a power of two) with an L2 evict-last hint, so that tail finds W_UK[h] in L2 instead of waiting for HBM
+    with nothing else in flight. Each step's tile is consumed (added into a dummy) one step later, so the K loop never
+    waits for it; the dummy's store is masked off by ``Hckv < 0`` (never true, not known at compile time), so the loads
+    are kept and nothing is written. Registers: 2 × UK_L2_R·UK_L2_W elements.
     ASCEND: rows / columns past T / D / Dr are masked, not wrapped (triton-adapter's pointer analysis
     needs affine offsets); the launcher passes unit inner strides (s_ak = s_wn = s_uc = s_sin_d =
     s_cos_d = 1)."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
+    _query_body(tl.program_id(0), tl.num_programs(0), a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr,
+                qsckv_ptr, q_ptr, qr_ptr, dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc,
+                s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
+                BLOCK_D, BLOCK_R, BLOCK_C, ASCEND, PRE_UK, EV_W, EV_UK, CSPLIT, UK_L2_R, UK_L2_W)
+
+
+@triton.jit
+def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr, dsq_ptr,
+                T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d,
+                s_qt, s_qh, s_qrt, s_qrh, INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr,
+                EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+                BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr,
+                EV_W: tl.constexpr, EV_UK: tl.constexpr, CSPLIT: tl.constexpr, UK_L2_R: tl.constexpr,
+                UK_L2_W: tl.constexpr):
+    """:func:`_query_kernel`'s work items ``pid, pid + nprog, …`` (no defaults: triton 3.6 does not wrap a str
+    default of a nested @jit call as a constexpr)."""
     dt = qr_ptr.dtype.element_ty
     m_tiles = tl.cdiv(T, BLOCK_M)
     Dr2 = Dr // 2
@@ -584,6 +623,12 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
             u2 = _load_uk(wuk_ptr, h_off, dcol, d_m, c_lo + 2 * BLOCK_C, c_hi, s_ud, s_uc, BLOCK_C, EV_UK)
         if PRE_UK >= 4:
             u3 = _load_uk(wuk_ptr, h_off, dcol, d_m, c_lo + 3 * BLOCK_C, c_hi, s_ud, s_uc, BLOCK_C, EV_UK)
+        if UK_L2_R > 0:
+            pf_c = c_lo + PRE_UK * BLOCK_C + tl.arange(0, UK_L2_W)
+            pf_cm = pf_c < c_hi
+            pf_b = wuk_ptr + h_off + pf_c.to(tl.int64)[None, :] * s_uc
+            pf_prev = tl.zeros([UK_L2_R, UK_L2_W], dtype=wuk_ptr.dtype.element_ty)
+            pf_acc = tl.zeros([UK_L2_R, UK_L2_W], dtype=wuk_ptr.dtype.element_ty)
         if INT8:
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.int32)
             acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
@@ -591,6 +636,12 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
             acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
         for k in range(0, Hcq, BLOCK_K):
+            if UK_L2_R > 0:
+                pr = (k // BLOCK_K) * UK_L2_R + tl.arange(0, UK_L2_R)
+                pv = tl.load(pf_b + pr.to(tl.int64)[:, None] * s_ud, mask=(pr < D)[:, None] & pf_cm[None, :], other=0.0,
+                             eviction_policy="evict_last")
+                pf_acc += pf_prev
+                pf_prev = pv
             if ASCEND:
                 if EVEN_K:
                     a = tl.load(a_ptrs, mask=r_m[:, None], other=0)
@@ -615,6 +666,11 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
             a_ptrs += BLOCK_K * s_ak
             bn_ptrs += BLOCK_K * s_wk
             br_ptrs += BLOCK_K * s_wk
+        if UK_L2_R > 0:
+            pf_acc += pf_prev
+            never = (tl.zeros([UK_L2_W], dtype=tl.int32) + Hckv) < 0
+            tl.store(q_ptr + tl.arange(0, UK_L2_W), tl.sum(pf_acc.to(tl.float32), axis=0).to(q_ptr.dtype.element_ty),
+                     mask=never)
         # ---- dequant + rounding point: [qc ‖ qr] = dt(...) ----
         if INT8:
             if ASCEND:
@@ -686,6 +742,93 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
         else:
             rw_m = rc_m & ((tl.zeros([BLOCK_R], tl.int32) + rope_w.to(tl.int32)) != 0)   # a [BLOCK_R] mask, not a scalar
             tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rw_m[None, :])
+
+
+@triton.jit
+def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smooth_ptr, idx_ptr, kv_ptr, kr_ptr,
+                      qsckr_ptr, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr,
+                      dsq_ptr, T, CT, TCT, Hcq, NH, D, Dr, Hckv, num_slots, block_size,
+                      s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d,
+                      s_qt, s_qh, s_qrt, s_qrh, s_idx, s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr,
+                      eps_cq, eps_ckv, n_q,
+                      SPLIT_K: tl.constexpr, ROW_INT8: tl.constexpr, HAS_SMOOTH: tl.constexpr, KV_INT8: tl.constexpr,
+                      KR_INT8: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_RH: tl.constexpr,
+                      INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr, EV_UK: tl.constexpr,
+                      CSPLIT: tl.constexpr, UK_L2_R: tl.constexpr, UK_L2_W: tl.constexpr):
+    """Row kernel + query kernel in ONE launch (CUDA, config ``fuse_row_max_t``; only when one token tile covers
+    T, i.e. T ≤ BLOCK_M): saves the row kernel's launch and its latency-bound ~3-5 µs at decode.
+    Programs ``pid < n_q`` (= the query kernel's work items, one each): first the cq → cqn rows of ALL T tokens
+    (split-K sum, dequant, rounding, RmsNorm, and the per-token int8 quant when W_UQ_QR is int8; the same code
+    and order as :func:`_row_kernel`, so every program writes the same bits into the shared ``a_ptr`` / ``as_ptr``
+    buffers), a CTA barrier (its own stores are then visible to all its threads; rows it reads were written by
+    itself), then :func:`_query_body`. Programs ``pid ≥ n_q``: the ckv / kr → cache part of the row kernel, one
+    token per program. Work per query program grows with T (the cq rows are recomputed by every head), hence
+    the small-T limit."""
+    pid = tl.program_id(0)
+    dt = qr_ptr.dtype.element_ty
+    if pid < n_q:
+        cq_c = tl.arange(0, BLOCK_Q)
+        cq_m = cq_c < Hcq
+        g_q = tl.load(gq_ptr + cq_c, mask=cq_m, other=0.0).to(tl.float32)
+        if ROW_INT8:
+            wsc_q = tl.load(wsdq_ptr + cq_c, mask=cq_m, other=0.0)
+        else:
+            wsc_q = 1.0
+        if HAS_SMOOTH:
+            sm = tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
+        else:
+            sm = 1.0
+        for t in range(0, T):
+            tq = tl.full([], t, tl.int64)
+            if ROW_INT8:
+                xs = tl.load(xs_ptr + tq)
+            else:
+                xs = 1.0
+            acc_q = _partial_sum(ws_ptr, tq * CT, cq_c, cq_m, SPLIT_K, TCT)
+            _row_cq(acc_q, wsc_q, xs, g_q, sm, cq_c, cq_m, tq, Hcq, eps_cq, a_ptr, as_ptr, s_at, dt,
+                    ROW_INT8, INT8, HAS_SMOOTH, BLOCK_Q, False)
+        tl.debug_barrier()
+        _query_body(pid, n_q, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr,
+                    dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t, s_sin_d,
+                    s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K, BLOCK_D,
+                    BLOCK_R, BLOCK_C, False, PRE_UK, EV_W, EV_UK, CSPLIT, UK_L2_R, UK_L2_W)
+    else:
+        Dr2 = Dr // 2
+        kv_c = tl.arange(0, BLOCK_KV)
+        kv_m = kv_c < Hckv
+        j = tl.arange(0, BLOCK_RH)
+        j_m = j < Dr2
+        ev_c = Hckv + 2 * j
+        g_kv = tl.load(gkv_ptr + kv_c, mask=kv_m, other=0.0).to(tl.float32)
+        if ROW_INT8:
+            wsc_kv = tl.load(wskv_ptr + kv_c, mask=kv_m, other=0.0)
+            wsc_e = tl.load(wskv_ptr + ev_c, mask=j_m, other=0.0)
+            wsc_o = tl.load(wskv_ptr + ev_c + 1, mask=j_m, other=0.0)
+        else:
+            wsc_kv = 1.0
+            wsc_e = 1.0
+            wsc_o = 1.0
+        for t in range(pid - n_q, T, tl.num_programs(0) - n_q):
+            tq = tl.full([], t, tl.int64)
+            row = tq * CT + Hcq
+            if ROW_INT8:
+                xs = tl.load(xs_ptr + tq)
+            else:
+                xs = 1.0
+            acc_kv = _partial_sum(ws_ptr, row, kv_c, kv_m, SPLIT_K, TCT)
+            acc_e = _partial_sum(ws_ptr, row, ev_c, j_m, SPLIT_K, TCT)
+            acc_o = _partial_sum(ws_ptr, row, ev_c + 1, j_m, SPLIT_K, TCT)
+            c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+            c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+            s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+            s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+            slot = tl.load(idx_ptr + tq * s_idx)
+            _row_kv(acc_kv, acc_e, acc_o, wsc_kv, wsc_e, wsc_o, xs, g_kv, c_lo, c_hi, s_lo, s_hi, slot, kv_c, kv_m, j,
+                    j_m, Hckv, Dr2, eps_ckv, num_slots, block_size, kv_ptr, kr_ptr, qsckv_ptr, qsckr_ptr,
+                    s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, dt,
+                    ROW_INT8, KV_INT8, KR_INT8, BLOCK_KV, BLOCK_RH, False)
 
 
 # ==============================================================================================
@@ -763,7 +906,7 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     eb = 1 if int8_down else act_bytes
     d["num_stages"] = _fit_stages(int(d.get("num_stages", 1)), (bm * bk + bk * bn) * eb, 0, smem)
     # --- row kernel ---
-    r = dict(cfg["row"])
+    r = _row_section(cfg["row"], T, int8_down)
     r.update(ov.get("row", {}))
     parts = int(r.get("parts", 1))   # row work items per token: 1 (whole row) or 2 (cq | ckv + kr)
     if parts not in (1, 2):
@@ -788,10 +931,15 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
         raise ValueError(f"query absorb_split must be 1 or 2, got {csplit}")
     ev_w = key == "cuda" and bool(q.get("evict_first_w", qc.get("evict_first_w", 0))) and _cdiv(T, qbm) == 1 \
         and csplit == 1
+    uk_l2 = key == "cuda" and bool(q.get("uk_l2", qc.get("uk_l2", 0)))   # W_UK tail → L2 during the K loop
+    # fuse_row_max_t (CUDA): row + query kernels in one launch when T ≤ it and one token tile covers T (no grid cap)
+    fuse = key == "cuda" and 0 < T <= int(q.get("fuse_row_max_t", qc.get("fuse_row_max_t", 0))) and \
+        _cdiv(T, qbm) == 1 and int(qc.get("grid_cap", 0)) == 0
     q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0), CSPLIT=csplit,
+             UK_L2=int(uk_l2), FUSE_ROW=int(fuse), uk_l2_rows=int(q.get("uk_l2_rows", qc.get("uk_l2_rows", 16))),
              grid=_grid(N * _cdiv(T, qbm) * csplit, int(qc.get("grid_cap", 0))),
              grid1=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))),
-             EV_W="evict_first" if ev_w else "", EV_UK="evict_first" if pf else "")
+             EV_W="evict_first" if ev_w else "", EV_UK="evict_first" if pf or uk_l2 else "", _Hckv=Hckv, _T=T)
     eb = 1 if int8_query else act_bytes
     epi = (bd * bc + qbm * bd + 2 * br * br + qbm * br) * act_bytes
     per_stage = (qbm * qbk + qbk * (bd + br)) * eb
@@ -833,6 +981,8 @@ class _Launch(NamedTuple):
     row_kw: dict
     query_grid: tuple
     query_kw: dict
+    fuse_grid: tuple = ()    # non-empty: one _row_query_kernel launch replaces the row and query launches
+    fuse_kw: dict = {}
 
 
 def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool,
@@ -856,10 +1006,30 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
     csplit = 1 if (full and kv8) else int(q.get("CSPLIT", 1))
     if csplit > 1:
         query_kw["CSPLIT"] = csplit
+    if q.get("UK_L2") and not asc:
+        # the columns of a program's W_UK[h] half that its absorption reads after the K loop (after the PRE_UK chunks)
+        bc = int(q["BLOCK_C"])
+        hckv = int(q["_Hckv"])
+        half = hckv if csplit == 1 else _cdiv(_cdiv(hckv, csplit), bc) * bc
+        width = min(half, hckv) - query_kw["PRE_UK"] * bc
+        if width > 0:
+            query_kw.update(UK_L2_R=max(1, _np2(int(q.get("uk_l2_rows", 16)))), UK_L2_W=_p2(width))
     if on_cuda:
         query_kw["num_stages"] = int(q["num_stages"])
+    query_grid = (q["grid"] if csplit > 1 else q.get("grid1", q["grid"]),)
+    fuse_grid, fuse_kw = (), {}
+    if q.get("FUSE_ROW") and not asc:
+        # query constexprs (ASCEND dropped: CUDA only) + the row kernel's; one program per query item, then T
+        # programs for the ckv / kr → cache part
+        fuse_kw = {k: v for k, v in query_kw.items() if k != "ASCEND"}
+        fuse_kw.setdefault("CSPLIT", 1)
+        fuse_kw.setdefault("UK_L2_R", 0)
+        fuse_kw.setdefault("UK_L2_W", 0)
+        fuse_kw.update(SPLIT_K=d["SPLIT_K"], ROW_INT8=full, HAS_SMOOTH=qint8 and has_smooth, KV_INT8=kv8, KR_INT8=kr8,
+                       BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_RH=r["BLOCK_R"])
+        fuse_grid = (query_grid[0] + int(q["_T"]),)
     return _Launch(asc, int(r.get("n_row", r["grid"])), d["SPLIT_K"], d["K_PER_SPLIT"], (d["grid"],), down_kw, (r["grid"],), row_kw,
-                   (q["grid"] if csplit > 1 else q.get("grid1", q["grid"]),), query_kw)
+                   query_grid, query_kw, fuse_grid, fuse_kw)
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
@@ -1022,6 +1192,25 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     smooth, _ = _flat_scale(smooth_scales_cq)
     f32_dummy = rmsnorm_gamma_cq  # stands in for absent pointers (never read)
     nb, bs = kv_cache.shape[0], kv_cache.shape[1]
+    wsuq, _ = _flat_scale(dequant_scale_w_uq_qr)
+    q2 = query.reshape(T, N, Hckv)
+    qr2 = query_rope.reshape(T, N, Dr)
+    if lp.fuse_grid:   # ---- 2 + 3 in one launch (CUDA, small T) ----
+        _row_query_kernel[lp.fuse_grid](
+            ws, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
+            rmsnorm_gamma_cq, rmsnorm_gamma_ckv, smooth if smooth is not None else rmsnorm_gamma_cq, idx, kv_w, kr_w,
+            qsckr if kr8 else rmsnorm_gamma_cq,
+            cqn, cqs, weight_uq_qr, wsuq if qint8 else rmsnorm_gamma_cq, weight_uk, sin, cos,
+            qsckv if kv8 else rmsnorm_gamma_cq, q2, qr2, dsq if q8 else cqs,
+            T, CT, T * CT, Hcq, N, D, Dr, Hckv, nb * bs, bs,
+            cqn.stride(0), cqn.stride(1), weight_uq_qr.stride(0), weight_uq_qr.stride(1),
+            weight_uk.stride(0), weight_uk.stride(1), weight_uk.stride(2),
+            sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1),
+            q2.stride(0), q2.stride(1), qr2.stride(0), qr2.stride(1), idx.stride(0),
+            kv_w.stride(0), kv_w.stride(1), kv_w.stride(3), kr_w.stride(0), kr_w.stride(1), kr_w.stride(3),
+            s_qsckv, s_qsckr, float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv), lp.fuse_grid[0] - T,
+            **lp.fuse_kw)
+        return query, query_rope, dsq
     _row_kernel[lp.row_grid](
         ws, weight_uk, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
         rmsnorm_gamma_cq, rmsnorm_gamma_ckv, smooth if smooth is not None else rmsnorm_gamma_cq,
@@ -1038,9 +1227,6 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         kr_cache.copy_(kr_w)
 
     # ---- 3. query GEMM + absorption + RoPE ----
-    wsuq, _ = _flat_scale(dequant_scale_w_uq_qr)
-    q2 = query.reshape(T, N, Hckv)
-    qr2 = query_rope.reshape(T, N, Dr)
     _query_kernel[lp.query_grid](
         cqn, cqs, weight_uq_qr, wsuq if qint8 else rmsnorm_gamma_cq, weight_uk, sin, cos,
         quant_scale_ckv if q8 else rmsnorm_gamma_cq, q2, qr2, dsq if q8 else cqs,
@@ -1085,8 +1271,9 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
             sig[a] = unit
             if asc:
                 ce[a] = 1
-    for b in cfg["down"]["buckets"]:
-        for int8 in (False, True):
+    for int8 in (False, True):
+        dtab = cfg["down"]["buckets_int8" if int8 and "buckets_int8" in cfg["down"] else "buckets"]
+        for b in dtab:
             for even in (True, False):
                 w = "*i8" if int8 else dt
                 sig = {"x_ptr": w, "wdq_ptr": w, "wkv_ptr": w, "ws_ptr": "*i32" if int8 else f32, "T": i32, "He": i32,
@@ -1100,7 +1287,7 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                 ones(sig, ce, ("s_xk", "s_dq_n", "s_kv_n"))
                 splits = {plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key,
                                int8_down=int8, cores=n_cores)["down"]["SPLIT_K"]
-                          for T in (1, 16, 32, 64, 128, 4096) if _bucket(T, cfg["down"]["buckets"]) is b}
+                          for T in (1, 16, 32, 64, 128, 4096) if _bucket(T, dtab) is b}
                 if splits == {1}:
                     ones(sig, ce, ("SPLIT_K",))
                 cases.append(dict(name=f"mla_prolog_down_t{b['max_t']}_{'i8' if int8 else dt[1:]}_{'even' if even else 'tail'}",
@@ -1118,15 +1305,22 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
         for c in ("SPLIT_K", "INT8", "QUANT_CQ", "HAS_SMOOTH", "KV_INT8", "KR_INT8", "BLOCK_Q", "BLOCK_KV", "BLOCK_R",
                   "ASCEND", "PF_BLOCK", "PARTS", "PF_W"):
             sig[c] = "constexpr"
-        splits = sorted({plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key,
-                              int8_down=x8, cores=n_cores)["down"]["SPLIT_K"] for T in (1, 16, 32, 64, 128, 4096)})
-        for sk in splits:
+        # (SPLIT_K, PF_BLOCK, PARTS) the launcher can pick for this mode (row buckets per T)
+        variants = []
+        for T in (1, 16, 32, 64, 128, 4096):
+            pr = plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key, int8_down=x8,
+                      cores=n_cores)
+            v = (pr["down"]["SPLIT_K"], 0 if asc else int(pr["row"]["PF_BLOCK"]), int(pr["row"]["PARTS"]))
+            if v not in variants:
+                variants.append(v)
+        multi = len({v[1:] for v in variants}) > 1
+        for sk, pfb, parts in variants:
             ce = dict(SPLIT_K=sk, INT8=x8, QUANT_CQ=uq8, HAS_SMOOTH=smooth, KV_INT8=kv8, KR_INT8=kr8,
                       BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), ASCEND=asc,
-                      PF_BLOCK=0 if asc else int(cfg["row"].get("PF_BLOCK", 8192)) * bool(cfg["row"].get("prefetch_uk", 0)),
-                      PARTS=int(cfg["row"].get("parts", 1)), PF_W=0)
+                      PF_BLOCK=pfb, PARTS=parts, PF_W=0)
             ones(sig, ce, ("s_sin_d", "s_cos_d", "s_idx", "s_kv_c", "s_kr_c", "s_qsckv", "s_qsckr"))
-            cases.append(dict(name=f"mla_prolog_row_{mode}_split{sk}_{dt[1:]}", fn=_row_kernel, signature=sig,
+            tag = f"_parts{parts}_pf{int(pfb > 0)}" if multi else ""
+            cases.append(dict(name=f"mla_prolog_row_{mode}_split{sk}{tag}_{dt[1:]}", fn=_row_kernel, signature=dict(sig),
                               constexprs=ce))
     qcfg = cfg["query"]
     for key in ("buckets", "buckets_int8"):
@@ -1142,16 +1336,23 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                               "s_uc", "s_sin_t", "s_sin_d", "s_cos_t", "s_cos_d", "s_qt", "s_qh", "s_qrt", "s_qrh"):
                         sig[a] = i32
                     for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C",
-                              "ASCEND", "PRE_UK", "EV_W", "EV_UK", "CSPLIT"):
+                              "ASCEND", "PRE_UK", "EV_W", "EV_UK", "CSPLIT", "UK_L2_R", "UK_L2_W"):
                         sig[c] = "constexpr"
                     ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]),
                               ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="", EV_UK="",
-                              CSPLIT=1 if q8 else int(b.get("absorb_split", 1)))
+                              CSPLIT=1 if q8 else int(b.get("absorb_split", 1)), UK_L2_R=0, UK_L2_W=0)
                     ones(sig, ce, ("s_ak", "s_wn", "s_uc", "s_sin_d", "s_cos_d"))
                     cases.append(dict(name=f"mla_prolog_query_t{b['max_t']}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
                                       fn=_query_kernel, signature=sig, constexprs=ce))
     return cases
+
+
+# kernels the launcher never runs on an NPU (tools/ascend_check.py): {name: reason}
+ASCEND_NOT_COMPILED = {
+    "_row_query_kernel": "CUDA only: the fused row + query launch (config fuse_row_max_t) is planned only for the "
+                         "'cuda' table; it relies on a CTA barrier after global stores that its own threads re-read",
+}
 
 
 def ascend_compile_cases() -> list[dict]:

@@ -770,11 +770,14 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     return buf[off: off + _CNT_REGION]
 
 
-def _bucket(M: int, cfg: dict, N: int = 0) -> dict:
-    """The first bucket with M ≤ max_m (and min_n ≤ N ≤ max_n when the bucket names them: wide-N decode GEMMs
-    such as q_b's N = 24576 stream best with other tiles than N = 2112, measured on the H200)."""
+def _bucket(M: int, cfg: dict, N: int = 0, K: int = 0) -> dict:
+    """The first bucket with M ≤ max_m (and min_n ≤ N ≤ max_n, min_k ≤ K ≤ max_k when the bucket names them:
+    wide-N decode GEMMs such as q_b's N = 24576 stream best with other tiles than N = 2112, and a short K
+    (q_b's 1536: 12 BLOCK_K steps) with other tiles than the dense MLP's K = 7168, measured on the H200).
+    N / K unknown (0): buckets naming min_n / min_k are skipped, max_n / max_k ones are not."""
     for b in cfg["buckets"]:
-        if M <= int(b["max_m"]) and int(b.get("min_n", 0)) <= N <= int(b.get("max_n", 1 << 62)):
+        if (M <= int(b["max_m"]) and int(b.get("min_n", 0)) <= N <= int(b.get("max_n", 1 << 62))
+                and int(b.get("min_k", 0)) <= K <= int(b.get("max_k", 1 << 62))):
             return b
     return cfg["buckets"][-1]
 
@@ -822,7 +825,7 @@ def _cached_qmm_plan(M: int, N: int, K: int, key: str, target: int) -> dict:
 def _make_qmm_plan(M: int, N: int, K: int, key: str, config: dict | None, device: torch.device | None,
                    target: int | None = None) -> dict:
     cfg = _all_configs()[key]["quant_matmul"]
-    b = dict(config) if config is not None else dict(_bucket(M, cfg, N))
+    b = dict(config) if config is not None else dict(_bucket(M, cfg, N, K))
     sk, k_per = _choose_split(M, N, K, b, cfg, device, target)
     b.update(SPLIT_K=sk, K_PER_SPLIT=k_per)
     return b
@@ -990,6 +993,8 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                               DYNAMIC=int(b.get("dynamic", 0)) > 0)
                     tag = "splitk" if partials else "fused"
                     nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}" if "min_n" in b or "max_n" in b else ""
+                    if "min_k" in b or "max_k" in b:
+                        nb += f"_k{b.get('min_k', 0)}-{b['max_k'] if 'max_k' in b else 'inf'}"
                     cases.append(dict(name=f"quant_matmul_m{b['max_m']}{nb}_{tag}_{'even' if even else 'tail'}_{out[1:]}",
                                       fn=_qmm_kernel, signature=sig, constexprs=ce, num_warps=int(b["num_warps"]),
                                       num_stages=int(b["num_stages"])))

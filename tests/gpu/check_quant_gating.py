@@ -275,6 +275,99 @@ def check_fast_paths(dev, Ms, gen):
     check("split-K counters all back at zero", zero)
 
 
+# decode GEMMs (M <= 128) of DeepSeek-V3 by the "cuda" bucket they take: q_b K1536 N24576 at M 65..128 takes the
+# swap-AB 128x64x128 tile (bucket min_n 8192, max_k 2048), the dense MLP (K 7168) at N >= 8192 the swap bucket after it
+DECODE_SHAPES = [("qkv_a", 7168, 2112), ("q_b", 1536, 24576), ("kv_b", 512, 32768), ("dense_gate", 7168, 18432),
+                 ("dense_gate_up", 7168, 36864), ("moe_gate_up", 7168, 4096), ("o_proj", 16384, 7168)]
+DECODE_MS = (1, 2, 15, 16, 17, 33, 64, 65, 100, 127, 128)
+DECODE_MS_QUICK = (1, 16, 65, 100, 128)
+
+
+def check_decode_buckets(dev, Ms, gen):
+    """Every decode bucket of the "cuda" table (M <= 128) on the DeepSeek shapes that reach it, M at and inside the
+    bucket edges (65 / 100: a partial 128-row tile, rows past M masked): bf16 and fp32 out without bias bit-identical
+    to the exact reference (the epilogue is two fp32 multiplies and one cast, nothing to contract), with bias within
+    the bf16 tolerance (fp32 out and bias at M 1 and 100 only). Then the swap-AB path (``mma: "swap"``) with split-K
+    (atomic, unrolled reduction, two-kernel) and a GROUP_M 2 split-K tile (the sweep checks its own candidates), and
+    the table's plan for q_b at M 65..128. --quick: M ∈ DECODE_MS_QUICK."""
+    log("\n## quant_matmul decode buckets (the cuda table) and the swap-AB path")
+    smoke = dev.type != "cuda"   # --smoke: the "cuda" table under the interpreter on small analogues (code check)
+    shapes = [("q_b_like", 256, 8192), ("dense_like", 2176, 8192), ("qkv_a_like", 512, 96)] if smoke else DECODE_SHAPES
+    od0 = torch.float16 if smoke else torch.bfloat16   # the interpreter truncates fp32 -> bf16 (the reference rounds)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False   # the reference's fp32 chunk products must stay exact
+    try:
+        for M in (65, 100, 128):
+            p = TQ.plan_quant_matmul(M, 24576, 1536, dev, backend_key="cuda")
+            ok = (p.get("mma") == "swap" and (p["BLOCK_M"], p["BLOCK_N"], p["SPLIT_K"]) == (128, 64, 1)
+                  and p.get("mask_m") and p.get("max_k") == 2048)
+            check(f"q_b M={M} plan: swap-AB 128x64 one split, rows masked", ok, str({k: p.get(k) for k in (
+                "BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "SPLIT_K", "mma", "mask_m")}))
+        p = TQ.plan_quant_matmul(128, 18432, 7168, dev, backend_key="cuda")
+        check("dense_gate M=128 plan: the swap bucket after the q_b one (no max_k)",
+              p.get("mma") == "swap" and p.get("max_k") is None and p.get("min_n") == 8192,
+              f"{p['BLOCK_M']}x{p['BLOCK_N']}x{p['BLOCK_K']} split {p['SPLIT_K']} mma {p.get('mma', 'dot')}")
+        for name, K, N in shapes:
+            w = torch.randint(-127, 128, (K, N), generator=gen, device=dev, dtype=torch.int8)
+            wk = RQ.pack_weight(w, "cuda")
+            ws = (0.5 + torch.rand(N, generator=gen, device=dev)) / (127.0 * K ** 0.5)
+            bias = torch.randn(N, generator=gen, device=dev)
+            msgs, tiles = [], []
+            dms = (1, 100) if smoke else DECODE_MS_QUICK if len(Ms) < 6 else DECODE_MS
+            for M in dms:
+                x = torch.randint(-127, 128, (M, K), generator=gen, device=dev, dtype=torch.int8)
+                xs = (0.5 + torch.rand(M, generator=gen, device=dev)) / 127.0
+                p = TQ.plan_quant_matmul(M, N, K, dev, backend_key="cuda")
+                tiles.append(f"M{M}:{p['BLOCK_M']}x{p['BLOCK_N']}x{p['BLOCK_K']}/{p['SPLIT_K']}"
+                             f"{'/' + p['mma'] if p.get('mma', 'dot') != 'dot' else ''}")
+                for od in ((od0, torch.float32) if M in (1, 100) else (od0,)):
+                    out = TQ.quant_matmul_config(x, wk, ws, xs, out_dtype=od, backend_key="cuda")
+                    if not torch.equal(out, RQ.quant_matmul(x, w, ws, xs, out_dtype=od)):
+                        msgs.append(f"M={M} {str(od)[6:]} not bit-identical")
+                if M in (1, 100):
+                    ok, det = bf16_close(TQ.quant_matmul_config(x, wk, ws, xs, bias=bias, out_dtype=od0, backend_key="cuda"),
+                                         RQ.quant_matmul(x, w, ws, xs, bias=bias, out_dtype=od0))
+                    if not ok:
+                        msgs.append(f"M={M} bias: {det}")
+            check(f"quant_matmul decode {name} K={K} N={N} M∈{dms} exact", not msgs,
+                  "; ".join(msgs[:3]) or " ".join(tiles))
+            del w, wk
+        # swap-AB with split-K partials (the default buckets take it with one split only), a GROUP_M 2 split-K tile
+        sw = dict(GROUP_M=1, mma="swap", mask_m=True)
+        cases = [
+            (16, 7168, 2112, dict(sw, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=6, split_k=4, reduce="atomic")),
+            (9, 7168, 2112, dict(sw, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=6, split_k=14,
+                                 reduce="atomic", reduce_unroll=4)),
+            (40, 1536, 3072, dict(sw, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=4, split_k=3, reduce="kernel")),
+            (128, 7168, 2112, dict(sw, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=4, split_k="auto",
+                                   reduce="atomic")),
+            (100, 1536, 24576, dict(sw, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=3, split_k=1)),
+            (100, 7168, 2112, dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=256, GROUP_M=2, num_warps=4, num_stages=4, split_k=2,
+                                   reduce="atomic")),   # GROUP_M 2 with a partial second M tile and split-K
+        ]
+        for M, K, N, cfg in cases:
+            if smoke:
+                K, N = min(K, 700), min(N, 300)
+            w = torch.randint(-127, 128, (K, N), generator=gen, device=dev, dtype=torch.int8)
+            wk = RQ.pack_weight(w, "cuda")
+            ws = torch.rand(N, generator=gen, device=dev) * 1e-4
+            x = torch.randint(-127, 128, (M, K), generator=gen, device=dev, dtype=torch.int8)
+            xs = torch.rand(M, generator=gen, device=dev) * 1e-2
+            ref = RQ.quant_matmul(x, w, ws, xs, out_dtype=od0)
+            outs = [TQ.quant_matmul_config(x, wk, ws, xs, config=cfg, out_dtype=od0, backend_key="cuda") for _ in range(3)]
+            ok = all(torch.equal(o, ref) for o in outs)
+            p = TQ.plan_quant_matmul(M, N, K, dev, cfg, backend_key="cuda")
+            check(f"quant_matmul {cfg.get('mma', 'dot')} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} "
+                  f"s{cfg['num_stages']} w{cfg['num_warps']} split {p['SPLIT_K']} {cfg.get('reduce', '')} M={M} K={K} N={N} "
+                  f"bit-identical (3 runs)", ok)
+        if not smoke:
+            torch.cuda.synchronize()
+        check("split-K counters all back at zero (decode buckets)",
+              all(int(buf.abs().sum().item()) == 0 for buf, _ in TQ._COUNTERS.values()))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
 def _ids_match_up_to_ties(idx, ridx, x, bias, kw) -> tuple[bool, int]:
     """Rows whose ids differ are allowed only if the swapped experts' biased scores tie to ~1 ulp."""
     diff_rows = (idx != ridx).any(1).nonzero().flatten().tolist()
@@ -428,7 +521,7 @@ def main() -> int:
         torch.set_num_threads(2)
     t0 = time.time()
     for fn, arg in ((check_dynamic_quant, Ms), (check_rms_norm_dynamic_quant, Ms), (check_quant_matmul, Ms),
-                    (check_fast_paths, Ms),
+                    (check_fast_paths, Ms), (check_decode_buckets, Ms),
                     (check_gating, Ms), (check_graphs_and_compile, None)):
         orig_empty = poison_like_empty() if arg is not None else None
         try:

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Offline sm_90a compile of every decode quant_matmul candidate of ``perf/bench_quant_gating.py --sweep2`` (no GPU).
 
-    .venv/bin/python tests/gpu/qmm_offline_compile.py > tests/gpu/results/qmm_round5_offline.md.rows
+    .venv/bin/python tests/gpu/qmm_offline_compile.py > tests/gpu/results/qmm_round6_offline.md.rows
 
 For each candidate (at its group's largest M, the launcher's plan for 132 SMs): registers and spills (ptxas -v of the
-bundled ptxas, sm_90a), shared memory (Triton's metadata), wgmma / mma.sync / cp.async counts in the PTX. Used to
-prune candidates before they cost GPU time; triton here may be newer than on the GPU box.
+bundled ptxas, sm_90a), shared memory (Triton's metadata), CTAs resident per SM (H100/H200: 228 KB shared memory
+with 1 KB reserved per CTA, 64K registers allocated per warp in units of 256), wgmma / mma.sync / cp.async counts in
+the PTX. Used to prune candidates before they cost GPU time; triton here may be newer than on the GPU box.
 """
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ PTXAS = (glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "n
          or glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")))[0]
 
 
+def ctas_per_sm(smem: int, regs: int | None, warps: int) -> int | None:
+    """CTAs of one kernel resident per sm_90 SM: shared memory (228 KB, 1 KB reserved per CTA), registers (64K per
+    SM, allocated per warp in units of 256), 64 warps."""
+    if regs is None:
+        return None
+    per_warp = -(-regs * 32 // 256) * 256
+    return min(228 * 1024 // (smem + 1024), 65536 // (per_warp * warps), 64 // warps, 32)
+
+
 def compile_case(BM, BN, BK, W, S, mma=0, partials=False, ru=1, mask_m=True, dyn=False):
     fn = T._qmm_kernel
     sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
@@ -50,8 +60,9 @@ def compile_case(BM, BN, BK, W, S, mma=0, partials=False, ru=1, mask_m=True, dyn
                             os.path.join(d, "k.cubin")], capture_output=True, text=True)
     m = re.search(r"Used (\d+) registers", r.stderr)
     sp = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
-    return dict(regs=int(m.group(1)) if m else r.stderr[-200:], spill=sp.groups() if sp else None,
-                smem=ck.metadata.shared, wgmma=ptx.count("wgmma.mma_async"), mma=ptx.count("mma.sync"),
+    regs = int(m.group(1)) if m else None
+    return dict(regs=regs if m else r.stderr[-200:], spill=sp.groups() if sp else None,
+                smem=ck.metadata.shared, cta=ctas_per_sm(ck.metadata.shared, regs, W), wgmma=ptx.count("wgmma.mma_async"), mma=ptx.count("mma.sync"),
                 cpasync=ptx.count("cp.async.cg") + ptx.count("cp.async.ca"))
 
 
@@ -62,23 +73,24 @@ def main() -> int:
     spec.loader.exec_module(b)
     seen = {}
     for g, grp in b.QMM_GROUPS.items():
-        for name, c in grp["cands"].items():
+        for name, c0 in [("default", None)] + list(grp["cands"].items()):
             for K, N in grp["shapes"]:
                 M = grp["Ms"][-1]
-                p = T._make_qmm_plan(M, N, K, "cuda", c, None, 132)
+                p = T._make_qmm_plan(M, N, K, "cuda", c0, None, 132)
+                c = p if c0 is None else c0   # default: the bucket the table picks for this shape
                 mma = T._MMA_MODES[c.get("mma", "dot")]
                 part = p["SPLIT_K"] > 1
                 dyn = int(c.get("dynamic", 0)) > 0
                 key = (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_warps"], c["num_stages"], mma, part,
-                       c.get("reduce_unroll", 1) if part else 1, dyn)
+                       c.get("reduce_unroll", 1) if part else 1, dyn, bool(c.get("mask_m", False)))
                 if key not in seen:
                     try:
-                        seen[key] = compile_case(*key[:5], mma=mma, partials=part, ru=key[7], dyn=dyn)
+                        seen[key] = compile_case(*key[:5], mma=mma, partials=part, ru=key[7], dyn=dyn, mask_m=key[9])
                     except Exception as e:  # noqa: BLE001
                         seen[key] = dict(err=f"{type(e).__name__}: {str(e)[:120]}")
                 r = seen[key]
                 items = -(-M // c["BLOCK_M"]) * -(-N // c["BLOCK_N"]) * p["SPLIT_K"]
-                print(f"| {g} | {name} | {p['SPLIT_K']} | {items} | {r.get('regs')} | {r.get('spill')} | {r.get('smem')} "
+                print(f"| {g} | {name} | {p['SPLIT_K']} | {items} | {r.get('regs')} | {r.get('spill')} | {r.get('smem')} | {r.get('cta')} "
                       f"| {r.get('wgmma')} | {r.get('mma')} | {r.get('cpasync')} |{(' ' + r['err'] + ' |') if 'err' in r else ''}",
                       flush=True)
     return 0

@@ -109,6 +109,11 @@ round20)  # session 4: decode quant_matmul candidates (swap-AB, GEMV, unrolled r
   step quant_sweep5 150 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-budget 100 --out "$OUT/quant_sweep5.md"
   step pytest_quant_gpu 120 python3 -m pytest tests/test_quant_triton.py -q
   ;;
+round21)  # session 4: quant round 6 (q_b swap tile applied for K <= 2048, M=128 candidates), the streaming floor, quant checks
+  step stream_floor 120 python3 perf/bench_stream.py --out "$OUT/stream_floor.md"
+  step quant_sweep6 150 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-budget 100 --out "$OUT/quant_sweep6.md"
+  step check_quant_gating 200 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
