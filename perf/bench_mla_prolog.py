@@ -258,10 +258,14 @@ def bench(mode: str, T: int, N: int, cbw: float, sweep: bool, rows: list, sweep_
         t = kt.get(name)
         return f"{t:.1f} µs ({nbytes / (t * 1e-6) / 1e9:.0f} GB/s)" if t else "n/a"
 
+    if "_row_query_kernel" in kt:   # the fused row + query launch (config fuse_row_max_t)
+        row_col, query_col = "in the query launch", f"{kbw('_row_query_kernel', w_query)} (row + query, one launch)"
+    else:
+        row_col = f"{kt['_row_kernel']:.1f} µs" if "_row_kernel" in kt else "n/a"
+        query_col = kbw('_query_kernel', w_query)
     rows.append(f"| {mode} | {T} | {N} | {wb / 1e6:.1f} | **{us:.1f}** | {gbs:.0f} | **{100 * gbs * 1e9 / cbw:.0f}%** | "
                 f"{eager_ms * 1e3:.1f} | {ref_ms * 1e3:.0f} | {ref_ms * 1e3 / us:.0f}× | "
-                f"{kbw('_down_kernel', w_down)} | {kt.get('_row_kernel', float('nan')):.1f} µs | "
-                f"{kbw('_query_kernel', w_query)} | split_k {p['down']['SPLIT_K']}, grids {p['down']['grid']}/"
+                f"{kbw('_down_kernel', w_down)} | {row_col} | {query_col} | split_k {p['down']['SPLIT_K']}, grids {p['down']['grid']}/"
                 f"{p['row']['grid']}/{p['query']['grid']} | {verdict} |")
     log(rows[-1])
 

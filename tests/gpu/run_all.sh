@@ -114,6 +114,17 @@ round21)  # session 4: quant round 6 (q_b swap tile applied for K <= 2048, M=128
   step quant_sweep6 150 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-budget 100 --out "$OUT/quant_sweep6.md"
   step check_quant_gating 200 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
   ;;
+round22)  # session 4: mla_prolog round 3 (fused row+query launch, uk_l2) on the new defaults; quant M128 rows on the swap tiles
+  step mla_prolog_sweep3 140 python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 95 --out "$OUT/mla_prolog_sweep3.md"
+  step check_mla_prolog 100 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step perf_qmm128 150 python3 -m perf --device cuda --ops quant_matmul --shapes '*_M128' --no-layer --no-dispatch --out "$OUT/perf_qmm128"
+  ;;
+round23)  # session 4, last: mla_prolog rows with the final tables (fused row+query at T=1), every GPU check on them
+  step perf_mla 170 python3 -m perf --device cuda --ops mla_prolog --shapes 't*' --no-layer --no-dispatch --out "$OUT/perf_mla"
+  step check_mla_prolog 100 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step check_quant_gating 130 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step check_layer 100 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
