@@ -8,13 +8,14 @@ Config sweep in one command (~80-110 s on the H200 with 16 CPU cores):
 
     python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 95 --out $OUT/mla_prolog_sweep3.md
 
-Sweep 3 times the JSON defaults (sweep 2's winners: row buckets per T, down split_k 4 / int8 BLOCK_M 64) and the
-candidates of SWEEP / SWEEP_MODE_T (query ``fuse_row_max_t``: row + query kernels in one launch at T = 1; query
-``uk_l2``: the W_UK absorption tail read into L2 during the K loop; the runner-up row choice per T; int8 down tiles
-at T <= 32), T = 1, 32, 128, bf16 and a8w8.
+The sweep times the JSON defaults (sweep 2 / 3 winners: row buckets per T, down split_k 4 / int8 BLOCK_M 64, the
+fused row + query launch at T = 1) against the runner-up of each choice (SWEEP / SWEEP_MODE_T: the unfused launch at
+T = 1, PRE_UK 0, 5 query stages, the other row warps / parts per T, int8 down tiles at T = 1 / 32), T = 1, 32, 128,
+bf16 and a8w8. (The W_UK L2-prefetch programs, ``prefetch_tail``, query ``uk_l2`` and ``absorb_split`` lost in every
+measurement and were removed from the kernels: docs/perf/mla_prolog.md, session 4.)
 
-``--row_diag`` first profiles the row kernel (per-kernel µs at T = 1) in bf16 / partial / a8w8 for a few row
-configs (ROW_DIAG): what the A8W8 row kernel's time is made of (~10-15 s of the budget).
+``--row_diag`` first profiles the row kernel (per-kernel µs at T = 1, the unfused launch) in bf16 / partial / a8w8
+for a few row configs (ROW_DIAG): what the row kernel's time is made of (~10-15 s of the budget).
 
 Shapes: DeepSeek-V3 (He 7168, Hcq 1536, Hckv 512, D 128, Dr 64), N = 128 heads, T tokens (decode),
 PA_BSND caches with block_size 128. Modes: "bf16" (all weights bf16, ~121 MB) and "a8w8" (full A8W8:
@@ -66,42 +67,30 @@ WEIGHTS = ("weight_dq", "weight_uq_qr", "weight_uk", "weight_dkv_kr")
 
 # sweep candidates: overrides of the bucket the JSON picks for (mode, T), one kernel at a time (the three
 # launches are serial, so per-kernel gains add up; the combination of per-kernel bests is timed at the end).
-# Sweep 3 (after sweep 2's winners went into the JSON: row buckets per T, no W_UK prefetch programs, down split_k 4
-# at T <= 32 bf16, int8 down BLOCK_M 64 at T <= 128). Pruned offline (sm_90 compile + ptxas, triton 3.9).
-# query "uk_l2" 1: every K step also reads uk_l2_rows rows of the head's W_UK columns that the absorption reads
-# after the K loop (those after the PRE_UK chunks) with an L2 evict-last hint, so the absorption tail (the W_UK
-# chunks it streams after the loop with nothing else in flight) hits L2; 8 warps, int8 T = 1: PRE_UK 2 + uk_l2
-# 64 B spills, PRE_UK 0 + uk_l2 (the whole W_UK[h], 16 x 512 tiles) none, 255 registers either way.
+# After sweep 3 the JSON holds every winner; these are the runners-up, so each JSON choice is re-checked against them
+# in the same run.
 SWEEP = {
-    "query": [{"uk_l2": 1}, {"uk_l2": 1, "PRE_UK": 0}, {"uk_l2": 1, "PRE_UK": 1}],
-    # row: the other side of each per-T choice (T <= 32: 16 warps, parts 2; T = 128: bf16 8 warps parts 2, a8w8
-    # 16 warps parts 1), so the JSON's pick is re-checked against its runner-up in the same run
+    "query": [{"PRE_UK": 0}],
     "row": [],
     "down": [],
 }
-# query "fuse_row_max_t": row + query kernels in ONE launch at T <= it (one token tile): every query program first
-# recomputes the cq -> cqn rows (split-K sum, RmsNorm, int8 quant) into the shared buffer, T extra programs write the
-# kv / kr cache rows; removes the row kernel (2.9-4.7 us at T = 1, latency-bound) and one launch gap (sm_90 offline:
-# 255 registers, no spills, bf16 and int8)
-_FUSE = [{"fuse_row_max_t": 1}, {"fuse_row_max_t": 1, "uk_l2": 1}, {"fuse_row_max_t": 1, "uk_l2": 1, "PRE_UK": 0}]
+# query "fuse_row_max_t" 0: the row and query kernels as two launches again at T = 1 (the JSON fuses them there)
+_UNFUSED = {"fuse_row_max_t": 0}
 SWEEP_MODE_T = {  # extra candidates for (mode, token count)
-    ("bf16", 1): {"query": _FUSE + [{"uk_l2": 1, "PRE_UK": 0, "uk_l2_rows": 8}, {"uk_l2": 1, "PRE_UK": 0, "num_stages": 5}],
-                  "row": [{"num_warps": 8}]},
-    ("bf16", 32): {"query": [{"uk_l2": 1, "PRE_UK": 0, "uk_l2_rows": 8}], "row": [{"num_warps": 8}]},
-    ("bf16", 128): {"query": [{"uk_l2": 1, "uk_l2_rows": 8}], "row": [{"num_warps": 16, "parts": 1}]},
+    # (no row candidates at T = 1: the fused launch there has no row kernel of its own)
+    ("bf16", 1): {"query": [_UNFUSED, {"num_stages": 5}]},
+    ("bf16", 32): {"query": [{"num_stages": 5}], "row": [{"num_warps": 8}]},
+    ("bf16", 128): {"row": [{"num_warps": 16, "parts": 1}]},
     # int8 down at T = 1 (6.4 us for 15 MB: 2.4 TB/s): more bytes in flight per program (BLOCK_K 256, 20 KB per
-    # stage) or twice the programs (split_k 16, 3-4 K steps each)
-    # int8 query at T <= 32 (18.7 us of the 30.7 at T = 1): with the tail in L2, more W_UQ_QR bytes in flight (5
-    # stages, or BLOCK_K 256 = 53 KB per stage, the launcher lowers stages to fit shared memory)
-    ("a8w8", 1): {"query": _FUSE + [{"uk_l2": 1, "num_stages": 5}, {"uk_l2": 1, "PRE_UK": 0, "num_stages": 5},
-                            {"uk_l2": 1, "PRE_UK": 0, "BLOCK_K": 256, "num_stages": 3}],
-                  "row": [{"num_warps": 8}], "down": [{"BLOCK_K": 256, "num_stages": 3}, {"split_k": 16}]},
-    ("a8w8", 32): {"query": [{"uk_l2": 1, "num_stages": 5}, {"uk_l2": 1, "PRE_UK": 0, "num_stages": 5}],
-                   "row": [{"num_warps": 8}], "down": [{"BLOCK_K": 256, "num_stages": 3}]},
-    ("a8w8", 128): {"query": [{"uk_l2": 1, "uk_l2_rows": 8}], "row": [{"parts": 2, "num_warps": 8}]},
+    # stage) or twice the programs (split_k 16, 3-4 K steps each); int8 query at T <= 32: 5 stages, or BLOCK_K 256
+    # (53 KB per stage; the launcher lowers stages to fit shared memory)
+    ("a8w8", 1): {"query": [_UNFUSED, {"num_stages": 5}, {"BLOCK_K": 256, "num_stages": 3}],
+                  "down": [{"BLOCK_K": 256, "num_stages": 3}, {"split_k": 16}]},
+    ("a8w8", 32): {"query": [{"num_stages": 5}], "row": [{"num_warps": 8}], "down": [{"BLOCK_K": 256, "num_stages": 3}]},
+    ("a8w8", 128): {"row": [{"parts": 2, "num_warps": 8}]},
 }
 # the query candidates apply where the JSON's query bucket has one token tile per head (T <= 32); at T = 128 only
-# the SWEEP_MODE_T one
+# the SWEEP_MODE_T ones
 QUERY_MAX_T = 32
 
 
@@ -118,11 +107,10 @@ def sweep_candidates(T: int, mode: str = "bf16") -> list[tuple[str, dict]]:
 
 # row-kernel diagnosis (--row_diag): per-kernel device µs (torch.profiler) at T = 1 of these row configs in the
 # modes that separate the A8W8 row kernel's extra work: "partial" = per-token int8 quant of cq without the
-# int32 dequant, "a8w8" = both; "bf16" = neither
+# int32 dequant, "a8w8" = both; "bf16" = neither. All with the row kernel as its own launch (fuse_row_max_t 0).
 ROW_DIAG_MODES = ("bf16", "partial", "a8w8")
-ROW_DIAG = [None, {"row": {"prefetch_uk": 0}}, {"row": {"prefetch_uk": 0, "num_warps": 16}},
-            {"row": {"prefetch_uk": 0, "parts": 2, "num_warps": 8}}, {"row": {"parts": 2, "num_warps": 8}},
-            {"row": {"prefetch_tail": 1, "parts": 2, "num_warps": 8}}]
+ROW_DIAG = [{"query": _UNFUSED}] + [{"query": _UNFUSED, "row": r} for r in
+                                    ({"num_warps": 8}, {"parts": 1, "num_warps": 16}, {"parts": 1, "num_warps": 4})]
 
 
 def log(msg: str) -> None:
@@ -391,7 +379,7 @@ def row_diag(N: int, sweep_rows: list, t_end: float) -> None:
             if time.time() > t_end:
                 log("[budget] row diag stopped")
                 return
-            name = f"row diag {json.dumps(ov['row']) if ov else 'json'}"
+            name = f"row diag {json.dumps(ov['row']) if ov and 'row' in ov else 'json'}, unfused"
             try:
                 b = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
                 out = K.mla_prolog_config(**b, overrides=ov)
@@ -401,8 +389,7 @@ def row_diag(N: int, sweep_rows: list, t_end: float) -> None:
                     sweep_rows.append(f"| {mode} | 1 | {name} | WRONG: {bad} | |")
                 else:
                     kt = profile_kernels(sets, ov)
-                    sweep_rows.append(f"| {mode} | 1 | {name}: per-kernel µs | down {kt.get('_down_kernel', 0):.1f}, row "
-                                      f"{kt.get('_row_kernel', 0):.1f}, query {kt.get('_query_kernel', 0):.1f} | |")
+                    sweep_rows.append(f"| {mode} | 1 | {name}: per-kernel µs | {kernel_us_text(kt)} | |")
             except Exception as e:  # noqa: BLE001
                 sweep_rows.append(f"| {mode} | 1 | {name} | error {type(e).__name__}: {str(e)[:120]} | |")
             log(sweep_rows[-1])

@@ -422,18 +422,14 @@ def test_plan_reads_shapes_only_and_fills_the_device():
     assert d["SPLIT_K"] > 1 and d["grid"] >= 132
     assert d["SPLIT_K"] * d["K_PER_SPLIT"] >= 7168 > (d["SPLIT_K"] - 1) * d["K_PER_SPLIT"]
     assert p["query"]["grid"] == 128
-    # "cuda" row buckets (H200 sweep 2): T ≤ 32 two programs per token, 16 warps, no W_UK prefetch programs;
+    # "cuda" row buckets (H200 sweep 2): T ≤ 32 two programs per token, 16 warps, one program per work item;
     # one token tile → W_UQ_QR evict-first
     r = p["row"]
-    assert r["n_row"] == 2 and r["PARTS"] == 2 and r["num_warps"] == 16 and r["PF_BLOCK"] == 0 and r["grid"] == 2
-    assert p["query"]["EV_W"] == "evict_first" and p["query"]["EV_UK"] == ""
-    # W_UK prefetch programs (prefetch_uk 1) come after the row programs, and the query's W_UK reads get evict-first
-    pp = K.plan(1, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="cuda", cores=132,
-                overrides={"row": {"prefetch_uk": 1}})
-    assert pp["row"]["PF_BLOCK"] > 0 and pp["row"]["grid"] == 2 + 2 * 132 and pp["query"]["EV_UK"] == "evict_first"
+    assert r["n_row"] == 2 and r["PARTS"] == 2 and r["num_warps"] == 16 and r["grid"] == 2
+    assert p["query"]["EV_W"] == "evict_first"
     pa = K.plan(1, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="ascend")
-    assert pa["row"]["PF_BLOCK"] == 0 and pa["row"]["grid"] == pa["row"]["n_row"]
-    assert pa["query"]["EV_W"] == "" and pa["query"]["EV_UK"] == ""
+    assert pa["row"]["grid"] == pa["row"]["n_row"]
+    assert pa["query"]["EV_W"] == ""
     # fp32 operands: fewer pipeline stages so shared memory fits (the H200 run 1 overflowed with 4 stages: 250 KB)
     p32 = K.plan(1, 7168, 1536, 128, 128, 64, 512, torch.device("cpu"), backend_key="cuda", cores=132, act_bytes=4)
     q, q32 = p["query"], p32["query"]
@@ -466,23 +462,19 @@ def test_cuda_graph_capture(monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["bf16", "partial_c8"])
-@pytest.mark.parametrize("row", [{"parts": 1}, {"parts": 2}, {"prefetch_tail": 1, "parts": 1},
-                                 {"parts": 2, "prefetch_tail": 1, "num_warps": 8}])
-def test_P2_P3_cuda_table_prefetch_programs_write_nothing_with_checks_off(mode, row, monkeypatch, row_cfg):
-    """The "cuda" table's row kernel (W_UK L2-prefetch programs after the token programs, their store masked
-    off; PRE_UK chunks in the query kernel) with DS_OPS_CHECKS=0, −1 and out-of-range cache ids: the caches,
-    held inside larger buffers with guard blocks, change only in the valid rows; every input (W_UK included,
-    which the prefetch programs read) stays bit-identical; the outputs match the reference."""
+@pytest.mark.parametrize("row", [{"parts": 1}, {"parts": 2}, {"parts": 2, "num_warps": 8}])
+def test_P2_P3_cuda_table_row_kernel_writes_nothing_else_with_checks_off(mode, row, monkeypatch, row_cfg):
+    """The "cuda" table's row kernel (one program per work item; PRE_UK chunks in the query kernel) with
+    DS_OPS_CHECKS=0, −1 and out-of-range cache ids: the caches, held inside larger buffers with guard blocks,
+    change only in the valid rows; every input stays bit-identical; the outputs match the reference."""
     monkeypatch.setenv("DS_OPS_CHECKS", "0")
     monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
-    row_cfg("cuda", prefetch_uk=1, **row)
+    row_cfg("cuda", **row)
     inp = small(mode, T=7, seed=21)
     p = K.plan(7, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda")
-    assert p["row"]["PF_BLOCK"] > 0 and p["row"]["grid"] > p["row"]["n_row"], "prefetch programs must run here"
+    assert not p["query"]["FUSE_ROW"], "the row kernel must run as its own launch here"
     parts = row["parts"]
-    assert p["row"]["n_row"] == 7 * parts and p["row"]["PARTS"] == parts
-    # prefetch_tail: only the W_UK columns after the query kernel's PRE_UK chunks (2 × 128 of 512)
-    assert (p["row"]["pf_c0"], p["row"]["PF_W"]) == ((256, 256) if row.get("prefetch_tail") else (0, 0))
+    assert p["row"]["n_row"] == 7 * parts == p["row"]["grid"] and p["row"]["PARTS"] == parts
     guards = {}
     for name in ("kv_cache", "kr_cache"):
         c = inp[name]
@@ -628,8 +620,7 @@ def _out_of_range_never_writes(mode, seed):
 
 
 # ----------------------------------------------------------------------------------------------
-# query kernel with the absorption split over two programs per (head, token tile) (config "query":
-# {"absorb_split": 2}): each computes the head's GEMM, absorbs half of Hckv; the first stores query_rope
+# query config entries on every bucket of a table
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture
 def query_cfg(monkeypatch):
@@ -652,30 +643,6 @@ def query_cfg(monkeypatch):
     K._cached_launch.cache_clear()
 
 
-@pytest.mark.parametrize("mode", M.MODES)
-@pytest.mark.parametrize("T", [1, 19])
-def test_query_absorb_split_modes_match_reference(mode, T, table, query_cfg):
-    """absorb_split 2 in every mode (full + C8 quantises query per row over all Hckv columns: the launch
-    keeps one program per head there); outputs poisoned, caches compared (compare)."""
-    query_cfg(table, absorb_split=2)
-    p = K.plan(T, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key=table, int8_query=mode != "bf16")
-    assert p["query"]["CSPLIT"] == 2 and p["query"]["grid"] == min(2 * p["query"]["grid1"], p["query"]["grid"])
-    compare(small(mode, T=T, seed=50 + T))
-
-
-@pytest.mark.parametrize("entries", [dict(PRE_UK=1, BLOCK_C=64), dict(PRE_UK=0, BLOCK_C=64), dict(PRE_UK=2, BLOCK_C=32)])
-@pytest.mark.parametrize("mode", ["bf16", "partial"])
-def test_query_absorb_split_pre_uk_chunks_and_odd_dims(mode, entries, query_cfg):
-    """"cuda" table: the half's PRE_UK chunks (loaded before the K loop) + the chunk loop over the rest of
-    the half; Hckv 80 (halves of 64 / 16 columns or one empty half) and D / Dr not powers of two; He 1000
-    (split-K)."""
-    query_cfg("cuda", absorb_split=2, **entries)
-    import unittest.mock as um
-    with um.patch.object(K, "_backend_key", lambda device: "cuda"):
-        compare(small(mode, T=3, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=51))
-        compare(small(mode, T=2, He=1000, seed=52))
-
-
 # ----------------------------------------------------------------------------------------------
 # row config buckets per T ("row": {..., "buckets": [...], "buckets_int8": [...]}, first with T ≤ max_t)
 # ----------------------------------------------------------------------------------------------
@@ -686,8 +653,8 @@ def test_row_buckets_by_T_int8_table_and_flat_form(table, monkeypatch):
     import copy
     cfg = copy.deepcopy(K._all_configs())
     sec = {k: v for k, v in cfg[table]["row"].items() if not k.startswith("buckets")}
-    sec.update(num_warps=4, prefetch_uk=1, parts=1)
-    cfg[table]["row"] = dict(sec, buckets=[{"max_t": 2, "parts": 2, "num_warps": 8}, {"max_t": 1 << 30, "prefetch_uk": 0}],
+    sec.update(num_warps=4, parts=1)
+    cfg[table]["row"] = dict(sec, buckets=[{"max_t": 2, "parts": 2, "num_warps": 8}, {"max_t": 1 << 30}],
                              buckets_int8=[{"max_t": 1 << 30, "parts": 2}])
     monkeypatch.setattr(K, "_all_configs", lambda: cfg)
     K._cached_plan.cache_clear()
@@ -699,8 +666,6 @@ def test_row_buckets_by_T_int8_table_and_flat_form(table, monkeypatch):
         assert (r1["PARTS"], r1["num_warps"]) == (2, 8) and "max_t" not in r1
         assert (r5["PARTS"], r5["num_warps"]) == (1, 4)
         assert (r5i["PARTS"], r5i["num_warps"]) == (2, 4)
-        if table == "cuda":   # prefetch_uk from the section (T = 1, int8) or the bucket (T = 5)
-            assert r1["PF_BLOCK"] > 0 and r5["PF_BLOCK"] == 0 and r5i["PF_BLOCK"] > 0
         assert K._row_section(sec, 5, True) == sec          # flat form: as it is
         compare(small("bf16", T=1, seed=70))
         compare(small("bf16", T=5, seed=71))
@@ -711,43 +676,34 @@ def test_row_buckets_by_T_int8_table_and_flat_form(table, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------
-# query kernel reading its W_UK tail into L2 during the K loop (config "query": {"uk_l2": 1})
+# the "cuda" table as shipped; config keys of removed switches
 # ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("entries,mode,width", [
-    (dict(uk_l2=1), "bf16", 256),                                       # PRE_UK 2 × 128 of 512: the other half
-    (dict(uk_l2=1, uk_l2_rows=8, PRE_UK=1, BLOCK_C=64), "partial", 512),
-    (dict(uk_l2=1, PRE_UK=0), "a8w8", 512),
-    (dict(uk_l2=1), "a8w8_c8", 512),                                    # full + C8: no PRE_UK, whole W_UK[h]
-    (dict(uk_l2=1, absorb_split=2, PRE_UK=1, BLOCK_C=64), "bf16", 256),  # each half's 192 columns after its chunk
-    (dict(uk_l2=1, PRE_UK=4, BLOCK_C=128), "partial", 0),               # nothing left after the K loop: off
-])
-def test_query_uk_l2_prefetch_matches_reference(entries, mode, width, query_cfg, monkeypatch):
-    """"cuda" table, uk_l2: each K step also loads rows of the head's W_UK tail (evict-last) into a dummy whose
-    store is masked off; outputs are poisoned (an unmasked dummy store would corrupt query), W_UK stays unchanged,
-    DeepSeek dims and odd dims (Hckv 80: masked tail columns, D 48: rows past D masked)."""
-    query_cfg("cuda", **entries)
-    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
-    p = K.plan(5, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda", int8_query=mode != "bf16")
-    lp = K._make_launch(p, mode.startswith("a8w8"), mode != "bf16", mode.endswith("c8"), False, False, False, CUDA)
-    assert lp.query_kw.get("UK_L2_W", 0) == width and (lp.query_kw.get("UK_L2_R", 0) > 0) == (width > 0)
-    assert p["query"]["EV_UK"] == "evict_first"
-    pa = K.plan(5, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="ascend")
-    assert not pa["query"]["UK_L2"]                                      # CUDA only
-    inp = small(mode, T=5, seed=60)
-    wuk = inp["weight_uk"].clone()
-    compare(inp)
-    assert torch.equal(bits(inp["weight_uk"]), bits(wuk))
-    compare(small(mode, T=3, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=61))
-
-
 @pytest.mark.parametrize("mode", ["bf16", "a8w8_c8"])
-def test_P2_P3_cuda_defaults_and_uk_l2_out_of_range_never_writes(mode, query_cfg, monkeypatch):
-    """The "cuda" table as shipped (row buckets) plus uk_l2, checks off: −1 / out-of-range cache ids never
-    written (guard blocks around the caches, unlisted rows bit for bit)."""
+def test_P2_P3_cuda_defaults_out_of_range_never_writes(mode, monkeypatch):
+    """The "cuda" table as shipped (row buckets, PRE_UK, evict-first W_UQ_QR), checks off: −1 / out-of-range cache
+    ids never written (guard blocks around the caches, unlisted rows bit for bit)."""
     monkeypatch.setenv("DS_OPS_CHECKS", "0")
-    query_cfg("cuda", uk_l2=1)
     monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
     _out_of_range_never_writes(mode, seed=62)
+
+
+@pytest.mark.parametrize("table_key", ["cuda", "ascend"])
+@pytest.mark.parametrize("sec,key,value", [("row", "prefetch_uk", 1), ("row", "prefetch_tail", 1),
+                                           ("row", "PF_BLOCK", 8192), ("row", "prefetch_programs_per_core", 2),
+                                           ("query", "uk_l2", 1), ("query", "uk_l2_rows", 8),
+                                           ("query", "absorb_split", 2)])
+def test_removed_switches_raise_not_ignored(table_key, sec, key, value, query_cfg, row_cfg, monkeypatch):
+    """Switches that lost on the H200 everywhere were removed: naming one in an override, a table section or a
+    bucket is a ValueError naming it (a sweep must never time a silent no-op as if it were the switch)."""
+    dims = (1, 64, 96, 2, 128, 64, 512, torch.device("cpu"))
+    with pytest.raises(ValueError, match=f"{sec}.{key} was removed"):
+        K.plan(*dims, backend_key=table_key, overrides={sec: {key: value}})
+    (row_cfg if sec == "row" else query_cfg)(table_key, **{key: value})
+    with pytest.raises(ValueError, match=f"{sec}.{key} was removed"):
+        K.plan(*dims, backend_key=table_key)
+    monkeypatch.setattr(K, "_backend_key", lambda device: table_key)
+    with pytest.raises(ValueError, match=f"{sec}.{key} was removed"):
+        run(small("bf16", T=2, seed=63))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -767,10 +723,11 @@ def test_fused_row_query_modes_match_reference(mode, T, query_cfg, monkeypatch):
     compare(small(mode, T=T, seed=80 + T))
 
 
-@pytest.mark.parametrize("entries", [dict(fuse_row_max_t=8, uk_l2=1), dict(fuse_row_max_t=8, absorb_split=2, PRE_UK=1, BLOCK_C=64)])
+@pytest.mark.parametrize("entries", [dict(fuse_row_max_t=8), dict(fuse_row_max_t=8, PRE_UK=1, BLOCK_C=64)])
 @pytest.mark.parametrize("mode", ["bf16", "a8w8_c8", "partial"])
 def test_fused_row_query_odd_dims_split_k_and_options(mode, entries, query_cfg, monkeypatch):
-    """Fused launch with uk_l2 / absorb_split, dims that are not powers of two (masks) and split-K over He 1000."""
+    """Fused launch with the default / fewer PRE_UK chunks and narrower ones, dims that are not powers of two
+    (masks) and split-K over He 1000."""
     query_cfg("cuda", **entries)
     monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
     compare(small(mode, T=3, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=81))

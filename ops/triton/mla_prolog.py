@@ -22,8 +22,7 @@ its weights once with enough programs to fill the device:
    constexpr here and every load of a token is issued before its first use (latency, not bytes, is what
    this kernel costs). Config ``row.parts`` 2 splits a token over two programs (cq → cqn on one, ckv / kr →
    caches on the other): at T = 1 the row is otherwise ~2000 dependent instructions of a single program. The row
-   config may hold per-T buckets (like down / query). Optionally (``prefetch_uk``, CUDA; off in the JSON since the
-   H200 sweep 2: they cost more than they save) extra programs read W_UK into L2 (evict-last hint) meanwhile.
+   config may hold per-T buckets (like down / query).
 3. :func:`_query_kernel` — one program per (head, token tile): ``cqn @ W_UQ_QR[:, head]`` over the head's
    D nope columns and its Dr rope columns (contiguous tiles); epilogue: dequant (int8) → round to dt →
    the nope part is multiplied by W_UK[head]
@@ -34,15 +33,16 @@ its weights once with enough programs to fill the device:
    (exact: one non-zero product per output), so the weight tile stays contiguous (no strided gathers
    that would defeat cp.async pipelining) and no tl.split / reshape is needed (triton-ascend subset).
    On CUDA the first ``PRE_UK`` W_UK chunks are loaded before the K loop, and W_UQ_QR is read with an L2
-   evict-first hint (streamed once) so it does not evict the prefetched W_UK. Config ``uk_l2`` (CUDA): the K loop
-   also reads the rest of W_UK[h] into L2 (evict-last), so the absorption after the loop reads it from L2.
+   evict-first hint when one token tile covers T (each head's columns are streamed once).
 
 Config ``fuse_row_max_t`` (CUDA, small T with one token tile): :func:`_row_query_kernel` runs 2 and 3 as ONE
 launch — each query program first recomputes the cq → cqn rows (same code, same bits, into the shared cqn
 buffer; a CTA barrier; it reads only rows it wrote itself), T extra programs do the ckv / kr → cache part.
 
 All quant modes of the reference (bf16, partial, full A8W8, and each with C8) run in these three kernels.
-Measured limits per kernel (H200): docs/perf/mla_prolog.md.
+Measured limits per kernel (H200): docs/perf/mla_prolog.md. Switches that lost on the H200 in every measurement
+were removed (session 4: W_UK L2-prefetch programs in the row kernel ``row.prefetch_uk`` / ``prefetch_tail``,
+``query.uk_l2``, ``query.absorb_split``); a config or override that still names one raises ValueError.
 
 Portability: triton-ascend 3.2 subset; ``tl.dot`` accumulates in fp32 / int32 (``out_dtype=tl.int32`` is
 spelled out), fp32 operands use ``input_precision="ieee"`` (no TF32); divisions and sqrt that set
@@ -366,50 +366,19 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
                 T, CT, TCT, Hcq, Hckv, Dr, num_slots, block_size,
                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_idx,
                 s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, s_cqn,
-                eps_cq, eps_ckv, n_row, pf_n, pf_flag, pf_c0, pf_ld,
+                eps_cq, eps_ckv, n_row,
                 SPLIT_K: tl.constexpr, INT8: tl.constexpr, QUANT_CQ: tl.constexpr, HAS_SMOOTH: tl.constexpr,
                 KV_INT8: tl.constexpr, KR_INT8: tl.constexpr,
                 BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_R: tl.constexpr, ASCEND: tl.constexpr,
-                PF_BLOCK: tl.constexpr = 0, PARTS: tl.constexpr = 1, PF_W: tl.constexpr = 0):
-    """Work items of programs ``pid < n_row``: PARTS = 1: one token per item, every global load of the item
-    issued first (partials of all splits, scales, sin/cos, the slot id) so an item costs about one memory
-    round trip. PARTS = 2: two items per token, (t, 0) = cq → cqn and (t, 1) = ckv / kr → caches, so two
-    programs share a token's instructions (the kernel is latency-bound: one program per token at T = 1
+                PARTS: tl.constexpr = 1):
+    """Work items ``pid, pid + n_row, …`` (``n_row`` = the grid): PARTS = 1: one token per item, every global
+    load of the item issued first (partials of all splits, scales, sin/cos, the slot id) so an item costs about
+    one memory round trip. PARTS = 2: two items per token, (t, 0) = cq → cqn and (t, 1) = ckv / kr → caches,
+    so two programs share a token's instructions (the kernel is latency-bound: one program per token at T = 1
     executes the whole row serially). ``CT`` = Hcq + Hckv + Dr (the workspace row length; a kernel argument
-    so that Triton's divisibility specialisation vectorises the partial-sum loads).
-    PF_BLOCK > 0 (CUDA): programs ``pid ≥ n_row`` read the first ``pf_n`` elements of W_UK (``dt_ptr``,
-    contiguous) with an L2 evict-last hint, so the query kernel finds W_UK in L2: HBM is otherwise idle
-    while this latency-bound kernel runs, and the query kernel's W_UK reads come after its K loop, where
-    nothing else is in flight. The values are summed into a store that ``pf_flag`` (always 0) masks off,
-    so the loads are kept and nothing is written. PF_W > 0 (config ``prefetch_tail``): only the columns
-    ``[pf_c0, pf_ld)`` of the ``pf_n`` rows (length ``pf_ld``) of W_UK are read, in [PF_BLOCK // PF_W, PF_W]
-    tiles — the chunks the query kernel does not already load before its K loop (PRE_UK), so half the bytes."""
+    so that Triton's divisibility specialisation vectorises the partial-sum loads). ``dt_ptr``: any tensor of
+    the activation dtype (the launcher passes W_UK); only its dtype is used."""
     pid = tl.program_id(0)
-    if PF_BLOCK > 0:
-        n_pf = tl.num_programs(0) - n_row
-        never_w = (tl.zeros([PF_BLOCK], dtype=tl.int32) + pf_flag) != 0
-        if PF_W > 0:
-            PF_R: tl.constexpr = PF_BLOCK // PF_W
-            pf_items = tl.cdiv(pf_n, PF_R) * (pid >= n_row).to(tl.int32)
-            pcol = pf_c0 + tl.arange(0, PF_W)
-            pcol_m = pcol < pf_ld
-            pacc2 = tl.zeros([PF_R, PF_W], dtype=tl.float32)
-            for i in range(tl.maximum(pid - n_row, 0), pf_items, n_pf):
-                prow = i * PF_R + tl.arange(0, PF_R)
-                offs2 = prow.to(tl.int64)[:, None] * pf_ld + pcol[None, :]
-                pv2 = tl.load(dt_ptr + offs2, mask=(prow < pf_n)[:, None] & pcol_m[None, :], other=0.0,
-                              eviction_policy="evict_last")
-                pacc2 += pv2.to(tl.float32)
-            never = (tl.zeros([PF_W], dtype=tl.int32) + pf_flag) != 0
-            tl.store(ws_ptr + tl.arange(0, PF_W), tl.sum(pacc2, axis=0).to(ws_ptr.dtype.element_ty), mask=never)
-        else:
-            pf_items = tl.cdiv(pf_n, PF_BLOCK) * (pid >= n_row).to(tl.int32)
-            pacc = tl.zeros([PF_BLOCK], dtype=tl.float32)
-            for i in range(tl.maximum(pid - n_row, 0), pf_items, n_pf):
-                offs = tl.full([], i, tl.int64) * PF_BLOCK + tl.arange(0, PF_BLOCK)
-                pv = tl.load(dt_ptr + offs, mask=offs < pf_n, other=0.0, eviction_policy="evict_last")
-                pacc += pv.to(tl.float32)
-            tl.store(ws_ptr + tl.arange(0, PF_BLOCK), pacc.to(ws_ptr.dtype.element_ty), mask=never_w)
     nprog = n_row
     dt = dt_ptr.dtype.element_ty
     Dr2 = Dr // 2
@@ -487,23 +456,21 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
 # 3. per-head query GEMM + W_UK absorption + RoPE
 # ==============================================================================================
 @triton.jit
-def _load_uk(wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, BLOCK_C: tl.constexpr, EV: tl.constexpr):
-    """W_UK[h][:, c0 : c0 + BLOCK_C] as a [BLOCK_D, BLOCK_C] tile (zeros past D / Hckv); EV = L2 eviction hint."""
+def _load_uk(wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, BLOCK_C: tl.constexpr):
+    """W_UK[h][:, c0 : c0 + BLOCK_C] as a [BLOCK_D, BLOCK_C] tile (zeros past D / Hckv)."""
     cc = c0 + tl.arange(0, BLOCK_C)
     c_m = cc < Hckv
     u = tl.load(wuk_ptr + h_off + dcol.to(tl.int64)[:, None] * s_ud + cc.to(tl.int64)[None, :] * s_uc,
-                mask=d_m[:, None] & c_m[None, :], other=0.0, eviction_policy=EV)
+                mask=d_m[:, None] & c_m[None, :], other=0.0)
     return u
 
 
 @triton.jit
 def _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_C: tl.constexpr, EV: tl.constexpr):
-    # EV has no default: triton 3.6 does not wrap a str default of a nested @jit call as a constexpr
-    # ("'str' object has no attribute 'type'", H200 2026-11-30), so every call passes it
+                  BLOCK_C: tl.constexpr):
     cc = c0 + tl.arange(0, BLOCK_C)
     c_m = cc < Hckv
-    u = _load_uk(wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, BLOCK_C, EV)
+    u = _load_uk(wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, BLOCK_C)
     q = _dot(qc, u, tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32), False, IEEE)
     return q, cc, c_m
 
@@ -525,33 +492,21 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
                   s_qt, s_qh, s_qrt, s_qrh,
                   INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-                  BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr = 0, EV_W: tl.constexpr = "",
-                  EV_UK: tl.constexpr = "", CSPLIT: tl.constexpr = 1, UK_L2_R: tl.constexpr = 0,
-                  UK_L2_W: tl.constexpr = 0):
+                  BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr = 0, EV_W: tl.constexpr = ""):
     """Work item = (head h, token tile), token tile fastest (the head's weights are shared in L2).
-    CSPLIT 2 (config ``absorb_split``, not with Q8): two items per (head, token tile), adjacent in program
-    order; each computes the head's GEMM (the second read of its W_UQ_QR columns meets the first in L2) and
-    the absorption for one half of the Hckv columns (its PRE_UK chunks start at that half); the first
-    stores query_rope. Twice the programs (T = 1: 256 for 132 SMs) and half the W_UK tail per program.
     BLOCK_D ≥ D (nope columns), BLOCK_R ≥ Dr (rope columns, read contiguously).
     PRE_UK (0..4, CUDA, not with Q8): the loads of the first PRE_UK W_UK[h] chunks are issued before the
     K loop, so they stream while it runs instead of after it (the absorption tail otherwise waits for
     PRE_UK·BLOCK_C·D·2 bytes with nothing else in flight). Costs D·BLOCK_C·2 bytes of registers per chunk.
-    EV_W / EV_UK (CUDA): L2 eviction hints of the W_UQ_QR and W_UK loads ("" = none; "evict_first" for
-    W_UQ_QR streamed once, so it does not push out the W_UK the row kernel prefetched with evict-last).
-    UK_L2_R > 0 (CUDA, config ``uk_l2``): K step i also reads rows [i·UK_L2_R, (i+1)·UK_L2_R) of the head's W_UK
-    columns that the absorption reads after the K loop (those after the PRE_UK chunks; UK_L2_W = their width rounded
-    up to a power of two) with an L2 evict-last hint, so that tail finds W_UK[h] in L2 instead of waiting for HBM
-    with nothing else in flight. Each step's tile is consumed (added into a dummy) one step later, so the K loop never
-    waits for it; the dummy's store is masked off by ``Hckv < 0`` (never true, not known at compile time), so the loads
-    are kept and nothing is written. Registers: 2 × UK_L2_R·UK_L2_W elements.
+    EV_W (CUDA): L2 eviction hint of the W_UQ_QR loads ("" = none; "evict_first" when one token tile covers T:
+    each head's columns are streamed once).
     ASCEND: rows / columns past T / D / Dr are masked, not wrapped (triton-adapter's pointer analysis
     needs affine offsets); the launcher passes unit inner strides (s_ak = s_wn = s_uc = s_sin_d =
     s_cos_d = 1)."""
     _query_body(tl.program_id(0), tl.num_programs(0), a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr,
                 qsckv_ptr, q_ptr, qr_ptr, dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc,
                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
-                BLOCK_D, BLOCK_R, BLOCK_C, ASCEND, PRE_UK, EV_W, EV_UK, CSPLIT, UK_L2_R, UK_L2_W)
+                BLOCK_D, BLOCK_R, BLOCK_C, ASCEND, PRE_UK, EV_W)
 
 
 @triton.jit
@@ -560,8 +515,7 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
                 s_qt, s_qh, s_qrt, s_qrh, INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr,
-                EV_W: tl.constexpr, EV_UK: tl.constexpr, CSPLIT: tl.constexpr, UK_L2_R: tl.constexpr,
-                UK_L2_W: tl.constexpr):
+                EV_W: tl.constexpr):
     """:func:`_query_kernel`'s work items ``pid, pid + nprog, …`` (no defaults: triton 3.6 does not wrap a str
     default of a nested @jit call as a constexpr)."""
     dt = qr_ptr.dtype.element_ty
@@ -586,20 +540,9 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
         sgn_q = tl.where(rc < Dr2, -1.0, 1.0)
         P = tl.where((ii == src_p[None, :]) & rc_m[None, :], 1.0, 0.0).to(dt)
         Q = tl.where((ii == src_q[None, :]) & rc_m[None, :], sgn_q[None, :], 0.0).to(dt)
-    for item in range(pid, NH * m_tiles * CSPLIT, nprog):
-        if CSPLIT == 1:
-            h = item // m_tiles
-            mt = item % m_tiles
-            c_lo = 0
-            c_hi = Hckv
-        else:
-            cs = item % CSPLIT
-            h = item // (m_tiles * CSPLIT)
-            mt = (item // CSPLIT) % m_tiles
-            c_per = tl.cdiv(tl.cdiv(Hckv, CSPLIT), BLOCK_C) * BLOCK_C
-            c_lo = cs * c_per
-            c_hi = tl.minimum(c_lo + c_per, Hckv)
-            rope_w = cs == 0
+    for item in range(pid, NH * m_tiles, nprog):
+        h = item // m_tiles
+        mt = item % m_tiles
         h64 = tl.full([], h, tl.int64)
         rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
         r_m = rows < T
@@ -616,19 +559,13 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
         br_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + rope_c[None, :] * s_wn
         h_off = h64 * s_uh
         if PRE_UK >= 1:
-            u0 = _load_uk(wuk_ptr, h_off, dcol, d_m, c_lo + 0, c_hi, s_ud, s_uc, BLOCK_C, EV_UK)
+            u0 = _load_uk(wuk_ptr, h_off, dcol, d_m, 0, Hckv, s_ud, s_uc, BLOCK_C)
         if PRE_UK >= 2:
-            u1 = _load_uk(wuk_ptr, h_off, dcol, d_m, c_lo + BLOCK_C, c_hi, s_ud, s_uc, BLOCK_C, EV_UK)
+            u1 = _load_uk(wuk_ptr, h_off, dcol, d_m, BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
         if PRE_UK >= 3:
-            u2 = _load_uk(wuk_ptr, h_off, dcol, d_m, c_lo + 2 * BLOCK_C, c_hi, s_ud, s_uc, BLOCK_C, EV_UK)
+            u2 = _load_uk(wuk_ptr, h_off, dcol, d_m, 2 * BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
         if PRE_UK >= 4:
-            u3 = _load_uk(wuk_ptr, h_off, dcol, d_m, c_lo + 3 * BLOCK_C, c_hi, s_ud, s_uc, BLOCK_C, EV_UK)
-        if UK_L2_R > 0:
-            pf_c = c_lo + PRE_UK * BLOCK_C + tl.arange(0, UK_L2_W)
-            pf_cm = pf_c < c_hi
-            pf_b = wuk_ptr + h_off + pf_c.to(tl.int64)[None, :] * s_uc
-            pf_prev = tl.zeros([UK_L2_R, UK_L2_W], dtype=wuk_ptr.dtype.element_ty)
-            pf_acc = tl.zeros([UK_L2_R, UK_L2_W], dtype=wuk_ptr.dtype.element_ty)
+            u3 = _load_uk(wuk_ptr, h_off, dcol, d_m, 3 * BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
         if INT8:
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.int32)
             acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
@@ -636,12 +573,6 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
             acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
         for k in range(0, Hcq, BLOCK_K):
-            if UK_L2_R > 0:
-                pr = (k // BLOCK_K) * UK_L2_R + tl.arange(0, UK_L2_R)
-                pv = tl.load(pf_b + pr.to(tl.int64)[:, None] * s_ud, mask=(pr < D)[:, None] & pf_cm[None, :], other=0.0,
-                             eviction_policy="evict_last")
-                pf_acc += pf_prev
-                pf_prev = pv
             if ASCEND:
                 if EVEN_K:
                     a = tl.load(a_ptrs, mask=r_m[:, None], other=0)
@@ -666,11 +597,6 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
             a_ptrs += BLOCK_K * s_ak
             bn_ptrs += BLOCK_K * s_wk
             br_ptrs += BLOCK_K * s_wk
-        if UK_L2_R > 0:
-            pf_acc += pf_prev
-            never = (tl.zeros([UK_L2_W], dtype=tl.int32) + Hckv) < 0
-            tl.store(q_ptr + tl.arange(0, UK_L2_W), tl.sum(pf_acc.to(tl.float32), axis=0).to(q_ptr.dtype.element_ty),
-                     mask=never)
         # ---- dequant + rounding point: [qc ‖ qr] = dt(...) ----
         if INT8:
             if ASCEND:
@@ -691,30 +617,27 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
         if Q8:
             amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c0 in range(0, Hckv, BLOCK_C):
-                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C,
-                                           EV_UK)
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
                 amax = tl.maximum(amax, tl.max(tl.where(c_m[None, :], tl.abs(q), 0.0), axis=1))
             scale = tl.math.div_rn(amax, tl.full((BLOCK_M,), 127.0, tl.float32))
             safe = tl.where(scale > 0, scale, 1.0)
             for c0 in range(0, Hckv, BLOCK_C):
-                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C,
-                                           EV_UK)
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
                 v = tl.math.div_rn(q, tl.zeros_like(q) + safe[:, None])
                 v = tl.where(scale[:, None] > 0, v, 0.0)
                 tl.store(q_row + cc[None, :], _sat_int8(v, -127.0), mask=r_m[:, None] & c_m[None, :])
             tl.store(dsq_ptr + rows.to(tl.int64) * NH + h, scale, mask=r_m)
         else:
             if PRE_UK >= 1:
-                _absorb_pre(qc, u0, q_row, r_m, c_lo + 0, c_hi, IEEE, BLOCK_M, BLOCK_C)
+                _absorb_pre(qc, u0, q_row, r_m, 0, Hckv, IEEE, BLOCK_M, BLOCK_C)
             if PRE_UK >= 2:
-                _absorb_pre(qc, u1, q_row, r_m, c_lo + BLOCK_C, c_hi, IEEE, BLOCK_M, BLOCK_C)
+                _absorb_pre(qc, u1, q_row, r_m, BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
             if PRE_UK >= 3:
-                _absorb_pre(qc, u2, q_row, r_m, c_lo + 2 * BLOCK_C, c_hi, IEEE, BLOCK_M, BLOCK_C)
+                _absorb_pre(qc, u2, q_row, r_m, 2 * BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
             if PRE_UK >= 4:
-                _absorb_pre(qc, u3, q_row, r_m, c_lo + 3 * BLOCK_C, c_hi, IEEE, BLOCK_M, BLOCK_C)
-            for c0 in range(c_lo + PRE_UK * BLOCK_C, c_hi, BLOCK_C):
-                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, c_hi, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C,
-                                           EV_UK)
+                _absorb_pre(qc, u3, q_row, r_m, 3 * BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
+            for c0 in range(PRE_UK * BLOCK_C, Hckv, BLOCK_C):
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
                 tl.store(q_row + cc[None, :], q.to(q_ptr.dtype.element_ty), mask=r_m[:, None] & c_m[None, :])
         # ---- RoPE: interleaved pairs in, rotate-half out: d·cos + rotate_half(d)·sin ----
         if not ASCEND:
@@ -737,11 +660,7 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
             qs = tl.load(qsckv_ptr)
             out = tl.math.div_rn(out * qs, tl.zeros_like(out) + safe[:, None])
         qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h64 * s_qrh
-        if CSPLIT == 1:
-            tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
-        else:
-            rw_m = rc_m & ((tl.zeros([BLOCK_R], tl.int32) + rope_w.to(tl.int32)) != 0)   # a [BLOCK_R] mask, not a scalar
-            tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rw_m[None, :])
+        tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
 
 
 @triton.jit
@@ -755,8 +674,7 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
                       KR_INT8: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_RH: tl.constexpr,
                       INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr, EV_UK: tl.constexpr,
-                      CSPLIT: tl.constexpr, UK_L2_R: tl.constexpr, UK_L2_W: tl.constexpr):
+                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr):
     """Row kernel + query kernel in ONE launch (CUDA, config ``fuse_row_max_t``; only when one token tile covers
     T, i.e. T ≤ BLOCK_M): saves the row kernel's launch and its latency-bound ~3-5 µs at decode.
     Programs ``pid < n_q`` (= the query kernel's work items, one each): first the cq → cqn rows of ALL T tokens
@@ -793,7 +711,7 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
         _query_body(pid, n_q, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr,
                     dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t, s_sin_d,
                     s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K, BLOCK_D,
-                    BLOCK_R, BLOCK_C, False, PRE_UK, EV_W, EV_UK, CSPLIT, UK_L2_R, UK_L2_W)
+                    BLOCK_R, BLOCK_C, False, PRE_UK, EV_W)
     else:
         Dr2 = Dr // 2
         kv_c = tl.arange(0, BLOCK_KV)
@@ -880,11 +798,31 @@ def _cached_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, 
     return _make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, int8_down, int8_query, act_bytes, None)
 
 
+# config keys of switches that lost on the H200 in every measurement and were removed (docs/perf/mla_prolog.md,
+# session 4): a table or override that still names one is an error, not a silent no-op
+_REMOVED_KEYS = {"row": ("prefetch_uk", "prefetch_tail", "prefetch_programs_per_core", "PF_BLOCK"),
+                 "query": ("uk_l2", "uk_l2_rows", "absorb_split")}
+
+
+def _check_removed(cfg: dict, ov: dict) -> None:
+    """ValueError naming the first removed config key in the table's row / query sections (or their buckets) or in
+    the overrides."""
+    for sec, keys in _REMOVED_KEYS.items():
+        c = cfg.get(sec, {})
+        dicts = [c, ov.get(sec, {})] + [b for k, v in c.items() if k.startswith("buckets") for b in v]
+        for d in dicts:
+            for k in keys:
+                if k in d:
+                    raise ValueError(f"mla_prolog config {sec}.{k} was removed (it lost on the H200 in every "
+                                     "measurement: docs/perf/mla_prolog.md, session 4)")
+
+
 def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int,
                int8_down: bool, int8_query: bool, act_bytes: int, overrides: dict | None) -> dict:
     """:func:`plan` for a resolved config table ``key`` and core count."""
     cfg = _all_configs()[key]
     ov = overrides or {}
+    _check_removed(cfg, ov)
     # --- down GEMM ---
     dc = cfg["down"]
     d = dict(_bucket(T, dc["buckets_int8" if int8_down and "buckets_int8" in dc else "buckets"]))
@@ -912,34 +850,21 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     if parts not in (1, 2):
         raise ValueError(f"row parts must be 1 or 2, got {parts}")
     n_row = _grid(T * parts, int(r.get("grid_cap", 0)))
-    pf = key == "cuda" and bool(r.get("prefetch_uk", 0))   # W_UK → L2 from extra programs (CUDA only)
-    pf_progs = max(1, int(float(r.get("prefetch_programs_per_core", 2)) * cores)) if pf else 0
-    r.update(BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), n_row=n_row, grid=n_row + pf_progs, PARTS=parts,
-             PF_BLOCK=int(r.get("PF_BLOCK", 8192)) if pf else 0)
+    r.update(BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), n_row=n_row, grid=n_row, PARTS=parts)
     # --- query kernel ---
     qc = cfg["query"]
     q = dict(_bucket(T, qc["buckets_int8" if int8_query and "buckets_int8" in qc else "buckets"]))
     q.update(ov.get("query", {}))
     qbm, qbk = int(q["BLOCK_M"]), int(q["BLOCK_K"])
     bd, br, bc = _p2(D), _p2(Dr), int(q["BLOCK_C"])
-    # L2 hints (CUDA): W_UQ_QR evict-first when one token tile reads each head's columns (no reuse), W_UK
-    # evict-first when the row kernel prefetched it (demotes the evict-last lines once read)
-    # absorb_split 2: two programs per (head, token tile), each absorbing half of Hckv (their W_UQ_QR reads
-    # meet in L2, so no evict-first hint there); the launch drops it for full + C8 (query quantised per row)
-    csplit = int(q.get("absorb_split", 1))
-    if csplit not in (1, 2):
-        raise ValueError(f"query absorb_split must be 1 or 2, got {csplit}")
-    ev_w = key == "cuda" and bool(q.get("evict_first_w", qc.get("evict_first_w", 0))) and _cdiv(T, qbm) == 1 \
-        and csplit == 1
-    uk_l2 = key == "cuda" and bool(q.get("uk_l2", qc.get("uk_l2", 0)))   # W_UK tail → L2 during the K loop
+    # L2 hint (CUDA): W_UQ_QR evict-first when one token tile reads each head's columns (no reuse)
+    ev_w = key == "cuda" and bool(q.get("evict_first_w", qc.get("evict_first_w", 0))) and _cdiv(T, qbm) == 1
     # fuse_row_max_t (CUDA): row + query kernels in one launch when T ≤ it and one token tile covers T (no grid cap)
     fuse = key == "cuda" and 0 < T <= int(q.get("fuse_row_max_t", qc.get("fuse_row_max_t", 0))) and \
         _cdiv(T, qbm) == 1 and int(qc.get("grid_cap", 0)) == 0
-    q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0), CSPLIT=csplit,
-             UK_L2=int(uk_l2), FUSE_ROW=int(fuse), uk_l2_rows=int(q.get("uk_l2_rows", qc.get("uk_l2_rows", 16))),
-             grid=_grid(N * _cdiv(T, qbm) * csplit, int(qc.get("grid_cap", 0))),
-             grid1=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))),
-             EV_W="evict_first" if ev_w else "", EV_UK="evict_first" if pf or uk_l2 else "", _Hckv=Hckv, _T=T)
+    q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0), FUSE_ROW=int(fuse),
+             grid=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))),
+             EV_W="evict_first" if ev_w else "", _T=T)
     eb = 1 if int8_query else act_bytes
     epi = (bd * bc + qbm * bd + 2 * br * br + qbm * br) * act_bytes
     per_stage = (qbm * qbk + qbk * (bd + br)) * eb
@@ -951,12 +876,6 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     if "PRE_UK" in q:
         q["PRE_UK"] = pre
     q["num_stages"] = _fit_stages(int(q.get("num_stages", 1)), per_stage, epi + pre * bd * bc * act_bytes, smem)
-    # prefetch_tail: the prefetch programs read only the W_UK columns after the PRE_UK chunks (the launch drops
-    # it where the query kernel loads no chunk early: PRE_UK 0, or full + C8 which never pre-loads)
-    c0 = pre * bc if pf and bool(r.get("prefetch_tail", 0)) else 0
-    r.update(pf_c0=c0 if 0 < c0 < Hckv else 0, PF_W=_p2(Hckv - c0) if 0 < c0 < Hckv else 0)
-    if r["PF_W"]:
-        r["PF_BLOCK"] = max(r["PF_BLOCK"], r["PF_W"])
     return dict(down=d, row=r, query=q, backend_key=key)
 
 
@@ -996,35 +915,19 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
         down_kw["num_stages"] = int(d["num_stages"])
     row_kw = dict(SPLIT_K=d["SPLIT_K"], INT8=full, QUANT_CQ=qint8, HAS_SMOOTH=qint8 and has_smooth, KV_INT8=kv8,
                   KR_INT8=kr8, BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], ASCEND=asc,
-                  PF_BLOCK=int(r.get("PF_BLOCK", 0)), PARTS=int(r.get("PARTS", 1)), num_warps=int(r["num_warps"]))
-    tail = bool(r.get("PF_W", 0)) and not (full and kv8)   # full + C8: the query kernel pre-loads no W_UK chunk
-    row_kw.update(PF_W=int(r["PF_W"]) if tail else 0, pf_c0=int(r["pf_c0"]) if tail else 0)
+                  PARTS=int(r.get("PARTS", 1)), num_warps=int(r["num_warps"]))
     query_kw = dict(INT8=qint8, Q8=full and kv8, IEEE=ieee, EVEN_K=q["EVEN_K"],
                     BLOCK_M=int(q["BLOCK_M"]), BLOCK_K=int(q["BLOCK_K"]), BLOCK_D=q["BLOCK_D"], BLOCK_R=q["BLOCK_R"],
                     BLOCK_C=int(q["BLOCK_C"]), ASCEND=asc, PRE_UK=0 if asc or (full and kv8) else int(q.get("PRE_UK", 0)),
-                    EV_W=q.get("EV_W", ""), EV_UK=q.get("EV_UK", ""), num_warps=int(q["num_warps"]))
-    csplit = 1 if (full and kv8) else int(q.get("CSPLIT", 1))
-    if csplit > 1:
-        query_kw["CSPLIT"] = csplit
-    if q.get("UK_L2") and not asc:
-        # the columns of a program's W_UK[h] half that its absorption reads after the K loop (after the PRE_UK chunks)
-        bc = int(q["BLOCK_C"])
-        hckv = int(q["_Hckv"])
-        half = hckv if csplit == 1 else _cdiv(_cdiv(hckv, csplit), bc) * bc
-        width = min(half, hckv) - query_kw["PRE_UK"] * bc
-        if width > 0:
-            query_kw.update(UK_L2_R=max(1, _np2(int(q.get("uk_l2_rows", 16)))), UK_L2_W=_p2(width))
+                    EV_W=q.get("EV_W", ""), num_warps=int(q["num_warps"]))
     if on_cuda:
         query_kw["num_stages"] = int(q["num_stages"])
-    query_grid = (q["grid"] if csplit > 1 else q.get("grid1", q["grid"]),)
+    query_grid = (q["grid"],)
     fuse_grid, fuse_kw = (), {}
     if q.get("FUSE_ROW") and not asc:
         # query constexprs (ASCEND dropped: CUDA only) + the row kernel's; one program per query item, then T
         # programs for the ckv / kr → cache part
         fuse_kw = {k: v for k, v in query_kw.items() if k != "ASCEND"}
-        fuse_kw.setdefault("CSPLIT", 1)
-        fuse_kw.setdefault("UK_L2_R", 0)
-        fuse_kw.setdefault("UK_L2_W", 0)
         fuse_kw.update(SPLIT_K=d["SPLIT_K"], ROW_INT8=full, HAS_SMOOTH=qint8 and has_smooth, KV_INT8=kv8, KR_INT8=kr8,
                        BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_RH=r["BLOCK_R"])
         fuse_grid = (query_grid[0] + int(q["_T"]),)
@@ -1219,8 +1122,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1), idx.stride(0),
         kv_w.stride(0), kv_w.stride(1), kv_w.stride(3), kr_w.stride(0), kr_w.stride(1),
         kr_w.stride(3), s_qsckv, s_qsckr, cqn.stride(0), float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv),
-        lp.n_row, (N * D if lp.row_kw["PF_W"] else weight_uk.numel()) if lp.row_kw["PF_BLOCK"] and
-        weight_uk.is_contiguous() else 0, 0, pf_ld=Hckv, **lp.row_kw)
+        lp.n_row, **lp.row_kw)
     if kv_w is not kv_cache:
         kv_cache.copy_(kv_w)
     if kr_w is not kr_cache:
@@ -1301,25 +1203,25 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                   "s_cos_t", "s_cos_d", "s_idx", "s_kv_b", "s_kv_s", "s_kv_c", "s_kr_b", "s_kr_s", "s_kr_c",
                   "s_qsckv", "s_qsckr", "s_cqn"):
             sig[a] = i32
-        sig.update(eps_cq="fp32", eps_ckv="fp32", n_row=i32, pf_n=i32, pf_flag=i32, pf_c0=i32, pf_ld=i32)
+        sig.update(eps_cq="fp32", eps_ckv="fp32", n_row=i32)
         for c in ("SPLIT_K", "INT8", "QUANT_CQ", "HAS_SMOOTH", "KV_INT8", "KR_INT8", "BLOCK_Q", "BLOCK_KV", "BLOCK_R",
-                  "ASCEND", "PF_BLOCK", "PARTS", "PF_W"):
+                  "ASCEND", "PARTS"):
             sig[c] = "constexpr"
-        # (SPLIT_K, PF_BLOCK, PARTS) the launcher can pick for this mode (row buckets per T)
+        # (SPLIT_K, PARTS) the launcher can pick for this mode (row buckets per T)
         variants = []
         for T in (1, 16, 32, 64, 128, 4096):
             pr = plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key, int8_down=x8,
                       cores=n_cores)
-            v = (pr["down"]["SPLIT_K"], 0 if asc else int(pr["row"]["PF_BLOCK"]), int(pr["row"]["PARTS"]))
+            v = (pr["down"]["SPLIT_K"], int(pr["row"]["PARTS"]))
             if v not in variants:
                 variants.append(v)
         multi = len({v[1:] for v in variants}) > 1
-        for sk, pfb, parts in variants:
+        for sk, parts in variants:
             ce = dict(SPLIT_K=sk, INT8=x8, QUANT_CQ=uq8, HAS_SMOOTH=smooth, KV_INT8=kv8, KR_INT8=kr8,
                       BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), ASCEND=asc,
-                      PF_BLOCK=pfb, PARTS=parts, PF_W=0)
+                      PARTS=parts)
             ones(sig, ce, ("s_sin_d", "s_cos_d", "s_idx", "s_kv_c", "s_kr_c", "s_qsckv", "s_qsckr"))
-            tag = f"_parts{parts}_pf{int(pfb > 0)}" if multi else ""
+            tag = f"_parts{parts}" if multi else ""
             cases.append(dict(name=f"mla_prolog_row_{mode}_split{sk}{tag}_{dt[1:]}", fn=_row_kernel, signature=dict(sig),
                               constexprs=ce))
     qcfg = cfg["query"]
@@ -1336,12 +1238,11 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                               "s_uc", "s_sin_t", "s_sin_d", "s_cos_t", "s_cos_d", "s_qt", "s_qh", "s_qrt", "s_qrh"):
                         sig[a] = i32
                     for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C",
-                              "ASCEND", "PRE_UK", "EV_W", "EV_UK", "CSPLIT", "UK_L2_R", "UK_L2_W"):
+                              "ASCEND", "PRE_UK", "EV_W"):
                         sig[c] = "constexpr"
                     ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]),
-                              ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="", EV_UK="",
-                              CSPLIT=1 if q8 else int(b.get("absorb_split", 1)), UK_L2_R=0, UK_L2_W=0)
+                              ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="")
                     ones(sig, ce, ("s_ak", "s_wn", "s_uc", "s_sin_d", "s_cos_d"))
                     cases.append(dict(name=f"mla_prolog_query_t{b['max_t']}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
                                       fn=_query_kernel, signature=sig, constexprs=ce))
