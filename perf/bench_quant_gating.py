@@ -371,6 +371,49 @@ def _gv(bn, bk, w, split=1, **kw):
     return _mm(_qc(1, bn, bk, w, 3, split=split, mma="gemv", **kw))
 
 
+def _gs(bn, bk, w, ppc, split=1, dp4a=True, reduce="atomic", pf=False):
+    """Streaming GEMV (``mma: "gemv_stream"``, M <= 4): SMs x ppc programs, each a contiguous run of BN weight
+    rows x (K / split) items, int32 products accumulated elementwise over K, one reduction per output;
+    ``dp4a``: 4 int8 products per dp4a.s32.s32 on int32-word loads (else one int32 product per int8)."""
+    c = dict(BLOCK_M=4, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=1, split_k=split, reduce=reduce,
+             mma="gemv_stream", programs_per_sm=ppc)
+    if dp4a:
+        c["dp4a"] = True
+    if pf:
+        c["prefetch"] = True   # register double buffer: step k+1's weight tile loads before step k's MACs
+    return c
+
+
+# Round 7 (issue 4, M = 1 qkv_a 8.43 us -> <= 7.1 us): the streaming GEMV, shaped like perf/bench_stream.py's read
+# kernel (5.43-5.70 us at 4-8 programs x 4 warps per SM). Name: gs_BNxBK (weight rows x K bytes per step), _wW warps,
+# _pP programs per SM, _kS K splits (atomic last-arriving reduction), _dp4a / _i32 (portable int32 products);
+# _pf register double buffer of the weight tile; "B/thr": weight bytes per thread per step. gv_1x4x1024_w4 = round 5's GEMV (9.94 us) for attribution.
+QMM_GEMV_GROUPS = {
+    "m1_gemv": dict(Ms=(1,), shapes=[(7168, 2112)], keys=dict(max_m=1, max_n=2560), cands={
+        "gv_1x4x1024_w4": _gv(4, 1024, 4),                                  # round 5 GEMV (528 tiles, 4/SM)
+        "gs_4x1024_w4_p4_i32": _gs(4, 1024, 4, 4, dp4a=False),              # same tiles, hoisted epilogue, int32 MACs
+        "gs_4x1024_w4_p4": _gs(4, 1024, 4, 4),                              # 528 programs, 32 B/thr (read p4)
+        "gs_2x1024_w2_p8": _gs(2, 1024, 2, 8),                              # 1056 x 2 warps, 32 B/thr
+        "gs_4x1024_w4_p4_i32_pf": _gs(4, 1024, 4, 4, dp4a=False, pf=True),  # int32 MACs + register double buffer
+        "gs_4x1024_w4_p4_pf": _gs(4, 1024, 4, 4, pf=True),                  # dp4a + register double buffer
+        "gs_8x1024_w4_p2": _gs(8, 1024, 4, 2),                              # 264 x 4 warps, 64 B/thr
+        "gs_8x1024_w8_p2": _gs(8, 1024, 8, 2),                              # 264 x 8 warps, 32 B/thr
+        "gs_1x1024_w1_p16": _gs(1, 1024, 1, 16),                            # 2112 one-warp programs: warp-only sum
+        "gs_8x1024_w4_k2_p4": _gs(8, 1024, 4, 4, split=2),                  # 528 items, 64 B/thr, split-K 2
+        "gs_4x1024_w4_k2_p8": _gs(4, 1024, 4, 8, split=2),                  # 1056 items, 8/SM, 32 B/thr
+        "gs_8x1024_w8_k2_p4": _gs(8, 1024, 8, 4, split=2),                  # 528 items x 8 warps, 32 B/thr
+        "gs_2x1024_w2_k2_p16": _gs(2, 1024, 2, 16, split=2),                # 2112 items, 16 x 2 warps/SM
+        "gs_4x1024_w4_k7_p8": _gs(4, 1024, 4, 8, split=7),                  # 3696 items, 8/SM, ~3.5 items each
+    }),
+    # round 8: the M = 1 winner (gs_1x1024_w1_p16, 6.03 us) and its neighbours at M = 2..4 against the BN16 tile
+    "m4_gemv": dict(Ms=(2, 4), shapes=[(7168, 2112)], keys=dict(max_m=4, max_n=2560), cands={
+        "gs_1x1024_w1_p16": _gs(1, 1024, 1, 16),
+        "gs_1x512_w1_p16": _gs(1, 512, 1, 16),
+        "gs_2x1024_w2_p8": _gs(2, 1024, 2, 8),
+        "gs_4x1024_w4_p4_pf": _gs(4, 1024, 4, 4, pf=True),
+    }),
+}
+
 # Round 6 (issue 4: decode floors of K7168 N2112 at M 1/16/64/128 and q_b K1536 N24576 at M 128). Earlier rounds:
 # docs/perf/quant_sweep2.md .. quant_sweep5.md (round 5: GEMV, swap-AB, unrolled reductions and persistent grids at
 # M <= 64 all lost to the defaults; its clear losers are gone from this table). Name: BMxBNxBK (tokens x weight
@@ -753,7 +796,18 @@ def main() -> int:
     ap.add_argument("--sweep2-budget", type=float, default=75.0, help="seconds of sweep2 (compile + timing) at most")
     ap.add_argument("--sweep2-parts", default="qmm,rows,pipeline", help="with --sweep2: which of qmm,rows,pipeline")
     ap.add_argument("--smoke", action="store_true", help="with --sweep2: CPU interpreter, tiny shapes (code check only)")
+    ap.add_argument("--sweep2-groups", default="",
+                    help="with --sweep2 qmm: comma list of quant_matmul groups to run (default: every group of "
+                         f"QMM_GROUPS; also selectable: {', '.join(QMM_GEMV_GROUPS)})")
     args = ap.parse_args()
+    if args.sweep2_groups:
+        pool = dict(QMM_GROUPS, **QMM_GEMV_GROUPS)
+        want = [g for g in args.sweep2_groups.split(",") if g]
+        unknown = [g for g in want if g not in pool]
+        if unknown:
+            ap.error(f"unknown --sweep2-groups {unknown}; known: {sorted(pool)}")
+        QMM_GROUPS.clear()
+        QMM_GROUPS.update({g: pool[g] for g in want})
     if args.smoke:
         global ROW_SHAPES, PIPE_MKN
         SMOKE[0] = True

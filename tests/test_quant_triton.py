@@ -361,6 +361,9 @@ def test_configs_are_data_for_both_backends_and_fit_ascend_buffers():
         plain = [b for b in buckets if "min_n" not in b]     # min_n buckets are a filter placed before the rest
         assert [b["max_m"] for b in plain] == sorted(b["max_m"] for b in plain)
         for b in buckets:
+            if b.get("mma") == "gemv_stream":   # CUDA-core decode GEMV: narrow row tiles, at most 4 tokens
+                assert b["BLOCK_K"] % 16 == 0 and int(b["max_m"]) <= 4 and b["BLOCK_N"] >= 1
+                continue
             assert b["BLOCK_K"] % 32 == 0 and b["BLOCK_M"] >= 16 and b["BLOCK_N"] >= 16
     for b in cfg["ascend"]["quant_matmul"]["buckets"]:
         assert b["BLOCK_M"] * b["BLOCK_N"] * 4 <= 64 << 10, "int32 accumulator must leave L0C room (128 KiB)"
@@ -532,11 +535,20 @@ def test_decode_buckets_by_n():
     program over all of K with x rows masked past M (43 % of copy bandwidth on the H200 vs 38 % for the split-K
     BN64 tile); wider N keeps the BN64 split-K tile."""
     cpu = torch.device("cpu")
-    p = T.plan_quant_matmul(1, 2112, 7168, cpu, backend_key="cuda")
-    assert (p["BLOCK_N"], p["SPLIT_K"], p["mask_m"]) == (16, 1, True), p
-    for n, k in ((4096, 7168), (7168, 16384), (24576, 1536)):
-        p = T.plan_quant_matmul(16, n, k, cpu, backend_key="cuda")
-        assert p["BLOCK_N"] == 64 and not p.get("mask_m", False), (n, p)
+    # M = 1 (qkv_a K7168 N2112, moe_gate K7168 N2048): the table's first bucket, the streaming GEMV (6.03 us on the
+    # H200 for qkv_a, perf/bench_quant_gating.py m1_gemv), one split, dp4a
+    for n in (2112, 2048):
+        p = T.plan_quant_matmul(1, n, 7168, cpu, backend_key="cuda")
+        assert p["mma"] == "gemv_stream" and p["dp4a"] and p["SPLIT_K"] == 1 and not p.get("mask_m"), p
+        assert (p["BLOCK_N"], p["BLOCK_K"]) == (_GEMV_BUCKET["BLOCK_N"], _GEMV_BUCKET["BLOCK_K"]), p
+    # M 2..16: one 16-column tile per program over all of K, x rows masked past M
+    for m in (2, 16):
+        p = T.plan_quant_matmul(m, 2112, 7168, cpu, backend_key="cuda")
+        assert (p["BLOCK_N"], p["SPLIT_K"], p["mask_m"]) == (16, 1, True) and p.get("mma", "dot") == "dot", (m, p)
+    for m in (1, 16):
+        for n, k in ((4096, 7168), (7168, 16384), (24576, 1536)):
+            p = T.plan_quant_matmul(m, n, k, cpu, backend_key="cuda")
+            assert p["BLOCK_N"] == 64 and not p.get("mask_m", False) and p.get("mma", "dot") == "dot", (m, n, p)
     assert T.plan_quant_matmul(17, 2112, 7168, cpu, backend_key="cuda")["BLOCK_M"] == 32
     # M 65..128, N <= 2560: BM64 BN32 BK256 in two K splits (12.6 vs 13.9 us for qkv_a at M=128, sweep 3)
     p = T.plan_quant_matmul(128, 2112, 7168, cpu, backend_key="cuda")
@@ -720,6 +732,16 @@ def test_split_k_graphs_replayed_concurrently_on_two_streams():
 _CUDA_QMM = T._all_configs()["cuda"]["quant_matmul"]
 _MASK_BUCKET = next(b for b in _CUDA_QMM["buckets"] if b.get("mask_m"))
 _MAX_N = int(_MASK_BUCKET["max_n"])
+# the streaming GEMV bucket in front of it (M = 1, N <= 2560: 6.03 us for qkv_a on the H200)
+_GEMV_BUCKET = next(b for b in _CUDA_QMM["buckets"] if b.get("mma") == "gemv_stream")
+_GEMV_MAX_M = int(_GEMV_BUCKET["max_m"])
+assert _CUDA_QMM["buckets"].index(_GEMV_BUCKET) < _CUDA_QMM["buckets"].index(_MASK_BUCKET)
+assert int(_GEMV_BUCKET["max_n"]) == _MAX_N and 1 <= _GEMV_MAX_M <= T._GEMV_MAX_M < 16
+
+
+def _narrow_decode_bucket(M):
+    """The bucket the "cuda" table gives M <= 16 at N <= max_n: the streaming GEMV up to its max_m, then mask_m."""
+    return _GEMV_BUCKET if M <= _GEMV_MAX_M else _MASK_BUCKET
 
 
 def _cuda_plan(M, N, K, sms=132):
@@ -738,17 +760,26 @@ def test_gpu_split_k_helper_shape_splits():
         assert _cuda_plan(M, 2112, 7168)["SPLIT_K"] == 1
 
 
-@pytest.mark.parametrize("M", [1, 2, 15, 16])
+@pytest.mark.parametrize("M", [1, 2, 3, 4, 5, 15, 16])
 def test_Q1_decode_bucket_boundaries_in_n_and_m(M):
-    """min_n <= N <= max_n is inclusive at both ends: N = max_n takes the mask_m bucket, max_n + 1 the split-K
-    BN64 bucket, at every M <= 16; M = 17 never takes it; N unknown (0) and N = 1 do."""
+    """min_n <= N <= max_n is inclusive at both ends: N = max_n takes the narrow decode bucket (the streaming GEMV
+    at M <= its max_m, 1; the mask_m BN16 tile at the other M <= 16), max_n + 1 the split-K BN64 bucket, at every
+    M <= 16; M = 17 never takes either; N unknown (0) and N = 1 do."""
+    want = _narrow_decode_bucket(M)
     for N in (1, 16, 17, _MAX_N - 1, _MAX_N):
+        assert T._bucket(M, _CUDA_QMM, N, 7168) is want, (N, M)
         p = _cuda_plan(M, N, 7168)
-        assert p.get("mask_m") and (p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"], p["SPLIT_K"]) == (16, 16, 512, 1), (N, p)
+        if want is _GEMV_BUCKET:
+            assert p["mma"] == "gemv_stream" and not p.get("mask_m") and p["SPLIT_K"] == 1, (N, p)
+            assert (p["BLOCK_N"], p["BLOCK_K"]) == (_GEMV_BUCKET["BLOCK_N"], _GEMV_BUCKET["BLOCK_K"]), (N, p)
+        else:
+            assert p.get("mask_m") and p.get("mma", "dot") == "dot", (N, p)
+            assert (p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"], p["SPLIT_K"]) == (16, 16, 512, 1), (N, p)
     for N in (_MAX_N + 1, 4096, 24576):
         p = _cuda_plan(M, N, 7168)
         assert not p.get("mask_m") and p["BLOCK_N"] == 64 and p["max_m"] == 16, (N, p)
-    assert T._bucket(M, _CUDA_QMM) is _MASK_BUCKET
+        assert p.get("mma", "dot") == "dot", (N, p)
+    assert T._bucket(M, _CUDA_QMM) is want
     for N in (1, _MAX_N, _MAX_N + 1):
         assert not _cuda_plan(17, N, 7168).get("mask_m")
         assert _cuda_plan(17, N, 7168)["BLOCK_M"] == 32
@@ -800,16 +831,23 @@ def _exact_vs_reference(out, ref, out_dtype, ref32=None):
 @pytest.mark.parametrize("M", [0, 1, 2, 15, 16, 17])
 @pytest.mark.parametrize("K", [1, 100, 512, 1368])
 def test_Q1_Q2_Q6_decode_mask_m_bucket_through_the_registered_op(M, K, gen, monkeypatch):
-    """The registered op on the "cuda" table: M <= 16 takes the mask_m bucket (K < BLOCK_K, = BLOCK_K, a tail of
-    K = 1368, K = 1), M = 0 an empty result (Q6), M = 17 the next bucket; N = 40 (not a multiple of BLOCK_N 16:
-    wrapped columns, never stored). Bit-identical to the reference."""
+    """The registered op on the "cuda" table: M = 1 takes the streaming GEMV bucket, M 2..16 the mask_m bucket
+    (K < BLOCK_K, = BLOCK_K, a tail of K = 1368, K = 1), M = 0 an empty result (Q6), M = 17 the next bucket; N = 40
+    (not a multiple of BLOCK_N 16: wrapped columns, never stored). Bit-identical to the reference; the GEMV launcher
+    runs exactly when the plan names it."""
     monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
     N = 40
+    gemv_calls = []
+    launch = T._launch_gemv_stream
+    monkeypatch.setattr(T, "_launch_gemv_stream", lambda *a, **kw: gemv_calls.append(1) or launch(*a, **kw))
     if M:
-        assert bool(T.plan_quant_matmul(M, N, K, torch.device("cpu")).get("mask_m")) == (M <= 16)
+        p = T.plan_quant_matmul(M, N, K, torch.device("cpu"))
+        assert (p.get("mma") == "gemv_stream") == (M <= _GEMV_MAX_M), p
+        assert bool(p.get("mask_m")) == (_GEMV_MAX_M < M <= 16), p
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
     out = ops.quant.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+    assert len(gemv_calls) == (1 if 0 < M <= _GEMV_MAX_M else 0)
 
 
 @pytest.mark.parametrize("M,N", [(16, _MAX_N), (1, _MAX_N + 1)])
@@ -1112,3 +1150,247 @@ def test_compile_case_names_carry_the_k_range():
     qb = [n for n in names if n.startswith("quant_matmul_m128_n8192-inf_k0-2048_")]
     assert len(qb) == 4 and all("_fused_" in n for n in qb)
     assert any(n.startswith("quant_matmul_m128_n8192-inf_fused_") for n in names)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 4, round 7: the streaming GEMV (bucket key mma "gemv_stream", M <= 4): _qmm_gemv_kernel on a grid of
+# SMs x programs_per_sm programs, each a contiguous run of (BLOCK_N weight rows x K split) items, int32 products
+# accumulated elementwise over K, one sum per output; dp4a (CUDA only) is ignored by the interpreter.
+# ----------------------------------------------------------------------------------------------
+def _gs(bn, bk, split=1, reduce="atomic", ppc=4, w=4, dp4a=True, pf=False):
+    return dict(BLOCK_M=4, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=1, split_k=split,
+                reduce=reduce, mma="gemv_stream", programs_per_sm=ppc, dp4a=dp4a, prefetch=pf)
+
+
+_GS_CASES = [
+    # BN, BK, split, reduce, programs per "SM" (interpreter: 20 SMs), M, K, N, weight layout, bias
+    (4, 64, 1, "atomic", 4, 1, 300, 40, "kmajor", True),       # K tail (300 = 4x64 + 44), N exact: 10 items
+    (8, 128, 3, "atomic", 1, 3, 700, 37, "kmajor", True),      # N tail (rows past N clamped), 15 items on 15 programs
+    (2, 256, 2, "kernel", 1, 4, 1000, 9, "rowmajor", False),   # two-kernel reduce, row-major weight, 10 items
+    (16, 64, 4, "atomic", 1, 2, 1000, 90, "strided", True),    # 6 tiles x 4 splits = 24 items: 2 per program
+    (4, 64, 5, "atomic", 2, 4, 320, 30, "kmajor", True),       # K even (5 x 64), 8 tiles x 5 = 40 items
+    (1, 128, 1, "atomic", 1, 1, 128, 45, "kmajor", False),     # one row per item, 45 items on 20 programs
+    # prefetch (register double buffer): even K (the last step re-reads its own tile), K tail (masked past the end)
+    (4, 64, 2, "atomic", 1, 2, 384, 20, "kmajor", True, True),  # 3 steps per split, 5 tiles x 2 splits
+    (8, 128, 3, "kernel", 1, 4, 700, 37, "strided", True, True),
+]
+
+
+@pytest.mark.parametrize("case", _GS_CASES, ids=lambda c: f"bn{c[0]}-bk{c[1]}-k{c[2]}{c[3][0]}-p{c[4]}-M{c[5]}K{c[6]}N{c[7]}-{c[8]}"
+                                                        f"{'-bias' if c[9] else ''}{'-pf' if len(c) > 10 else ''}")
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_gemv_stream_bit_identical_to_reference(case, out_dtype, gen):
+    """mma "gemv_stream": M 1..4, K and N tails, split-K with both reductions, every weight layout, programs taking
+    several items, poisoned outputs and partials: bit-identical to the reference; counters back at 0; repeated
+    calls give the same bits (the counters restart at 0)."""
+    bn, bk, split, reduce, ppc, M, K, N, layout, bias = case[:10]
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout=layout, bias=bias)
+    cfg = _gs(bn, bk, split, reduce, ppc, pf=len(case) > 10)
+    assert T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key="cuda")["SPLIT_K"] == split
+    ref = R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype)
+    for _ in range(2 if split > 1 and reduce == "atomic" and out_dtype == torch.float16 else 1):
+        out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg, backend_key="cuda")
+        _exact_vs_reference(out, ref, out_dtype)
+    if split > 1 and reduce == "atomic":
+        buf, _ = T._COUNTERS[("cpu", None)]
+        assert int(buf.abs().sum()) == 0
+
+
+def test_gemv_stream_non_contiguous_x_and_extremes(gen):
+    """x a column slice of a wider tensor (row stride K + 5); then the int32 extremes (all −127 / 127: 127²·K)."""
+    M, K, N = 4, 520, 24
+    x0, w, ws, xs, _ = _qmm_inputs(M, K, N, gen)
+    wide = torch.randint(-127, 128, (M, K + 5), generator=gen, dtype=torch.int8)
+    wide[:, 2:2 + K] = x0
+    x = wide[:, 2:2 + K]
+    out = T.quant_matmul_config(x, w, ws, xs, out_dtype=torch.float32, config=_gs(8, 128, split=2), backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x0, w, ws, xs, out_dtype=torch.float32), torch.float32)
+    K = 4096
+    x = torch.full((3, K), -127, dtype=torch.int8)
+    w = R.pack_weight(torch.full((K, 8), 127, dtype=torch.int8), "cuda")
+    ws, xs = torch.ones(8), torch.ones(3)
+    out = T.quant_matmul_config(x, w, ws, xs, out_dtype=torch.float32, config=_gs(4, 1024, split=3), backend_key="cuda")
+    assert torch.equal(out, torch.full((3, 8), -127.0 * 127.0 * K))
+
+
+@settings(max_examples=6)
+@given(M=st.integers(1, 4), K=st.integers(1, 600), N=st.integers(1, 70), bn=st.sampled_from([1, 2, 4, 16]),
+       split=st.integers(1, 3), ppc=st.integers(1, 3), pf=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_gemv_stream_hypothesis(M, K, N, bn, split, ppc, pf, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "empty", poisoned_empty)
+        out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32,
+                                    config=_gs(bn, 64, split=split, ppc=ppc, pf=pf), backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+
+
+def test_gemv_stream_rejects_more_than_four_rows(gen):
+    x, w, ws, xs, _ = _qmm_inputs(5, 64, 16, gen)
+    with pytest.raises(ValueError, match="at most 4 token rows"):
+        T.quant_matmul_config(x, w, ws, xs, config=_gs(4, 64), backend_key="cuda")
+    with pytest.raises(ValueError, match="gemv_stream"):   # the error for an unknown mode lists it
+        T.quant_matmul_config(x, w, ws, xs, config=dict(_gs(4, 64), mma="gemv_x"), backend_key="cuda")
+
+
+@_host
+def test_gemv_stream_dp4a_layout_checks_and_compile_cases(monkeypatch):
+    """dp4a needs K % 4 == 0, a K-major weight with 4-byte aligned rows and aligned x rows (else the launcher
+    takes int8 loads); a gemv_stream bucket becomes _qmm_gemv_kernel compile cases (dp4a only on "cuda")."""
+    K, N = 64, 16
+    w = R.pack_weight(torch.zeros((K, N), dtype=torch.int8), "cuda")
+    x = torch.zeros((2, K), dtype=torch.int8)
+    assert T._gemv_stream_dp4a_ok(x, w, 64)
+    assert not T._gemv_stream_dp4a_ok(x, w, 62)
+    assert not T._gemv_stream_dp4a_ok(x[:, 1:61], R.pack_weight(torch.zeros((60, N), dtype=torch.int8), "cuda"), 64)
+    assert not T._gemv_stream_dp4a_ok(x, torch.zeros((K, N), dtype=torch.int8), 64)          # row-major weight
+    assert not T._gemv_stream_dp4a_ok(torch.zeros((2, 62), dtype=torch.int8),
+                                      R.pack_weight(torch.zeros((62, N), dtype=torch.int8), "cuda"), 64)
+    # the "cuda" table as it is: its gemv_stream bucket (M = 1, one split, dp4a) gives M 1 cases only, fused,
+    # even / tail K x bf16 / fp16, with the bucket's tile (BLOCK_K in int32 words under dp4a), every name unique
+    gs = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_gemv_kernel]
+    assert _GEMV_BUCKET["split_k"] == 1 and _GEMV_BUCKET["dp4a"] and _GEMV_MAX_M == 1
+    assert len(gs) == 2 * 2
+    assert {(c["constexprs"]["EVEN_K"], c["signature"]["out_ptr"]) for c in gs} == {
+        (e, o) for e in (True, False) for o in ("*bf16", "*fp16")}
+    for c in gs:
+        ce = c["constexprs"]
+        assert (ce["MROWS"], ce["BLOCK_N"], ce["BLOCK_KU"], ce["DP4A"], ce["PARTIALS"], ce["REDUCE"]) == (
+            1, _GEMV_BUCKET["BLOCK_N"], _GEMV_BUCKET["BLOCK_K"] // 4, True, False, False), c["name"]
+        assert c["num_warps"] == _GEMV_BUCKET["num_warps"] and c["name"].startswith("quant_matmul_gemv_stream_m1_")
+        assert set(c["signature"]) == set(T._qmm_gemv_kernel.arg_names), c["name"]
+    names = [c["name"] for c in T.compile_cases("cuda")]
+    assert len(names) == len(set(names))
+    # a gemv_stream bucket for M <= 4 in place of it ("cuda": dp4a) / in front of the table ("ascend": no dp4a):
+    # M 1..4 cases
+    cfgs = json.loads(json.dumps(T._all_configs()))
+    qc = cfgs["cuda"]["quant_matmul"]["buckets"]
+    qc[[b.get("mma") for b in qc].index("gemv_stream")] = dict(_gs(4, 1024, split=1), max_m=4, max_n=2560)
+    cfgs["ascend"]["quant_matmul"]["buckets"].insert(0, dict(_gs(4, 1024, split=1), max_m=4, max_n=2560))
+    monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
+    for table, dp4a in (("cuda", True), ("ascend", False)):
+        gs = [c for c in T.compile_cases(table) if c["fn"] is T._qmm_gemv_kernel]
+        assert len(gs) == 4 * 2 * 2      # M 1..4 x even/tail x bf16/fp16, one split
+        assert {c["constexprs"]["MROWS"] for c in gs} == {1, 2, 3, 4}
+        assert all(c["constexprs"]["DP4A"] is dp4a and c["constexprs"]["BLOCK_KU"] == (256 if dp4a else 1024) for c in gs)
+        names = [c["name"] for c in T.compile_cases(table)]
+        assert len(names) == len(set(names))
+    monkeypatch.undo()
+    probe = [c for c in T.ascend_compile_cases() if c["fn"] is T._qmm_gemv_kernel]   # the portable kernel, Ascend-lowered
+    assert probe and all(not c["constexprs"]["DP4A"] and not c["constexprs"]["REDUCE"] for c in probe)
+    assert not any(c["fn"] is T._qmm_gemv_kernel for c in T.compile_cases("ascend"))   # not in the "ascend" table
+
+
+# the "cuda" table's first bucket (M = 1, N <= 2560) is the streaming GEMV: small analogues of qkv_a / moe_gate
+# through every entry point, K tails, K % 4 != 0 and non-K-major weights (dp4a falls back to int8 loads on the GPU;
+# the interpreter never takes dp4a), bias dtypes, out dtypes; outputs poisoned (the autouse fixture)
+_GEMV_TABLE_CASES = [
+    # K, N, weight layout, bias dtype, out dtype, entry point
+    (1024, 37, "kmajor", torch.float32, torch.float32, "op"),       # K = BLOCK_K: one even step, dp4a-eligible
+    (1368, 24, "kmajor", None, torch.float16, "ds"),                # K tail (1024 + 344), no bias
+    (100, 40, "rowmajor", torch.float16, torch.float32, "kernel"),  # K < BLOCK_K, row-major weight, fp16 bias
+    (1022, 33, "strided", torch.float32, torch.float16, "op"),      # K % 4 != 0, column slice of a wider weight
+    (1030, 20, "kmajor", torch.float32, torch.float32, "ds"),       # K % 4 != 0 on a K-major weight
+    (2050, 17, "rowmajor", None, torch.bfloat16, "kernel"),         # three steps, K % 4 != 0, bf16 out
+    (2048, 16, "kmajor", torch.float16, torch.bfloat16, "ds"),      # two even steps, bf16 out
+    (1, 9, "kmajor", torch.float32, torch.float32, "op"),           # K = 1
+]
+
+
+@pytest.mark.parametrize("case", _GEMV_TABLE_CASES,
+                         ids=lambda c: f"K{c[0]}-N{c[1]}-{c[2]}-bias{str(c[3])[6:] if c[3] else 'None'}-{str(c[4])[6:]}-{c[5]}")
+def test_Q1_gemv_stream_table_bucket_m1_bit_identical(case, gen, monkeypatch):
+    """M = 1, N <= max_n on the "cuda" table: the plan is the gemv_stream bucket, the GEMV launcher runs (once), and
+    the result through T.quant_matmul / ops.quant.quant_matmul / torch.ops.ds.quant_matmul is bit-identical to the
+    reference (bf16: RNE or the interpreter's truncation of the fp32 reference); the dp4a layout check says no
+    exactly for K % 4 != 0 and the non-K-major weights."""
+    K, N, layout, bias_dtype, out_dtype, entry = case
+    monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
+    calls = []
+    launch = T._launch_gemv_stream
+    monkeypatch.setattr(T, "_launch_gemv_stream", lambda *a, **kw: calls.append(a[6]) or launch(*a, **kw))
+    assert torch.empty(3).isnan().all(), "outputs must start poisoned"
+    p = T.plan_quant_matmul(1, N, K, torch.device("cpu"))
+    assert p["mma"] == "gemv_stream" and p["SPLIT_K"] == 1 and p["BLOCK_K"] == _GEMV_BUCKET["BLOCK_K"], p
+    x, w, ws, xs, b = _qmm_inputs(1, K, N, gen, layout=layout, bias=bias_dtype is not None,
+                                  bias_dtype=bias_dtype or torch.float32)
+    assert T._gemv_stream_dp4a_ok(x, w, int(p["BLOCK_K"])) == (K % 4 == 0 and layout == "kmajor")
+    fn = {"kernel": T.quant_matmul, "op": ops.quant.quant_matmul, "ds": torch.ops.ds.quant_matmul}[entry]
+    out = fn(x, w, ws, xs, bias=b, out_dtype=out_dtype)
+    assert len(calls) == 1 and calls[0]["mma"] == "gemv_stream", calls
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype,
+                        R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32))
+
+
+def test_Q1_gemv_stream_table_bucket_m1_extremes_and_n_edge(gen, monkeypatch):
+    """The table's M = 1 GEMV at the int32 extremes (all −127 x 127: 127²·K, K = 4096) and at N = max_n (the last
+    N it takes; every one of the max_n output columns written, none left poisoned): exact."""
+    monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
+    K = 4096
+    x = torch.full((1, K), -127, dtype=torch.int8)
+    w = R.pack_weight(torch.full((K, 8), 127, dtype=torch.int8), "cuda")
+    assert T.plan_quant_matmul(1, 8, K, torch.device("cpu"))["mma"] == "gemv_stream"
+    out = T.quant_matmul(x, w, torch.ones(8), torch.ones(1), out_dtype=torch.float32)
+    assert torch.equal(out, torch.full((1, 8), -127.0 * 127.0 * K))
+    K, N = 520, _MAX_N
+    assert T.plan_quant_matmul(1, N, K, torch.device("cpu"))["mma"] == "gemv_stream"
+    x, w, ws, xs, b = _qmm_inputs(1, K, N, gen, bias=True)
+    out = T.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+
+
+@_gpu
+def test_gpu_gemv_stream_table_bucket_m1_decode_shapes():
+    """(GPU) qkv_a (K7168 N2112) and moe_gate (K7168 N2048) at M = 1 through the table: the gemv_stream plan with
+    dp4a taken (K-major weight); without bias fp32 out bit-identical to the CPU reference and bf16 out to its RNE
+    cast (two fp32 multiplies, one cast); a row-major weight (dp4a off) gives the same bits; with bias (an FMA may
+    contract the epilogue) within the bf16 tolerance."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(21)
+    for K, N in ((7168, 2112), (7168, 2048)):
+        p = T.plan_quant_matmul(1, N, K, dev)
+        assert p["mma"] == "gemv_stream" and p["dp4a"] and p["SPLIT_K"] == 1, p
+        x, w, ws, xs, b = _qmm_inputs(1, K, N, g, bias=True)
+        ref32 = R.quant_matmul(x, w, ws, xs, out_dtype=torch.float32)
+        xd, wd, wsd, xsd, bd = (t.to(dev) for t in (x, w, ws, xs, b))
+        assert T._gemv_stream_dp4a_ok(xd, wd, int(p["BLOCK_K"]))
+        o32 = T.quant_matmul(xd, wd, wsd, xsd, out_dtype=torch.float32)
+        assert torch.equal(o32.cpu(), ref32), (K, N)
+        assert torch.equal(T.quant_matmul(xd, wd, wsd, xsd).cpu(), ref32.to(torch.bfloat16)), (K, N)
+        wr = wd.contiguous()
+        assert not T._gemv_stream_dp4a_ok(xd, wr, int(p["BLOCK_K"]))
+        assert torch.equal(T.quant_matmul(xd, wr, wsd, xsd, out_dtype=torch.float32).cpu(), ref32), (K, N)
+        assert_close(T.quant_matmul(xd, wd, wsd, xsd, bias=bd).cpu(), R.quant_matmul(x, w, ws, xs, bias=b), "bf16")
+
+
+@_gpu
+def test_gpu_gemv_stream_dp4a_bit_identical_and_graph_safe():
+    """(GPU) qkv_a's shape (K7168 N2112) at M 1..4 and a K / N tail shape through gemv_stream with and without dp4a,
+    fused and split-K (atomic), bf16 out: bit-identical to the default path and to the CPU reference (fp32 out),
+    CUDA-graph replay equals the eager call, counters end at zero."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(12)
+    for (M, K, N), cfg in (((1, 7168, 2112), _gs(4, 1024)), ((1, 7168, 2112), _gs(2, 1024, w=2, ppc=8)),
+                           ((2, 7168, 2112), _gs(4, 1024, split=2, ppc=8)), ((4, 7168, 2112), _gs(8, 1024, split=2)),
+                           ((3, 1000, 301), _gs(4, 256, split=3)), ((1, 7168, 2112), _gs(4, 1024, dp4a=False)),
+                           ((3, 998, 301), _gs(4, 256, split=2)),    # K % 4 != 0: int8 loads
+                           ((1, 7168, 2112), _gs(4, 1024, pf=True)), ((2, 1000, 301), _gs(4, 256, split=3, pf=True)),
+                           ((1, 7168, 2112), _gs(4, 1024, dp4a=False, pf=True))):
+        x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
+        ref32 = R.quant_matmul(x, w, ws, xs, out_dtype=torch.float32)
+        x, w, ws, xs, b = (t.to(dev) for t in (x, w, ws, xs, b))
+        o32 = T.quant_matmul_config(x, w, ws, xs, out_dtype=torch.float32, config=cfg)
+        assert torch.equal(o32.cpu(), ref32), (M, K, N, cfg)
+        want = T.quant_matmul(x, w, ws, xs, bias=b)
+        eager = T.quant_matmul_config(x, w, ws, xs, bias=b, config=cfg)
+        assert torch.equal(eager, want), (M, K, N, cfg)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out_g = T.quant_matmul_config(x, w, ws, xs, bias=b, config=cfg)
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out_g, want), (M, K, N, cfg)
+    for buf, _ in T._COUNTERS.values():
+        assert int(buf.abs().sum()) == 0

@@ -17,6 +17,9 @@ Kernels
   ``[split, M, N]``) that either a tiny epilogue kernel adds (``reduce: "kernel"``) or the last-arriving split
   of each tile adds itself (``reduce: "atomic"``, CUDA: an int32 counter per tile, one launch). int32
   addition is exact, so both are deterministic and bit-identical.
+  Decode variant ``mma: "gemv_stream"`` (M ≤ 4, :func:`_qmm_gemv_kernel`): no MMA, a weight-streaming
+  grid of SMs × programs_per_sm programs with register-direct vector loads, int32 products accumulated
+  elementwise over K (optionally ``dp4a`` on CUDA) and one reduction per output.
 
 CUDA row-kernel fast path (config ``fast``; Ascend keeps ``div_rn``): one IEEE reciprocal per row and a
 Markstein correction per element give the correctly rounded ``y / scale`` (:func:`_quantize_fast`), the
@@ -502,6 +505,16 @@ def _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask,
 
 
 @triton.jit
+def _qmm_store_row(acc, ws, xs, bias, out_ptr, m: tl.constexpr, on, nmask, stride_om, HAS_BIAS: tl.constexpr):
+    """:func:`_qmm_store_out`'s arithmetic for one token row m with the per-column vectors already loaded
+    (``ws`` / ``bias`` [BLOCK_N] fp32, ``xs`` fp32 scalar): out[m, on] = acc · ws · xs (+ bias), same order."""
+    o = acc.to(tl.float32) * ws * xs
+    if HAS_BIAS:
+        o = o + bias
+    tl.store(out_ptr + (on.to(tl.int64) + m * stride_om), o.to(out_ptr.dtype.element_ty), mask=nmask)
+
+
+@triton.jit
 def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
               M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n, n_tiles,
               W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -723,7 +736,179 @@ def _qmm_epilogue_kernel(part_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, M, N, SPLI
         _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mm, mn, stride_om, HAS_BIAS)
 
 
+@triton.jit
+def _gemv_mac(w, xv, acc, DP4A: tl.constexpr):
+    """acc + w·x elementwise in int32. DP4A (CUDA only): w, xv are int32 words of 4 packed int8 and one
+    ``dp4a.s32.s32`` adds the 4 byte products to each accumulator; else w, xv are int8 (one product each)."""
+    if DP4A:
+        acc = tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, $3;", "=r,r,r,r", [w, xv, acc],
+                                        dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        acc = acc + w.to(tl.int32) * xv.to(tl.int32)
+    return acc
+
+
+@triton.jit
+def _gemv_load(ptrs, k, rk, k_len, EVEN_K: tl.constexpr):
+    if EVEN_K:
+        v = tl.load(ptrs)
+    else:
+        v = tl.load(ptrs, mask=((k + rk) < k_len)[None, :], other=0)
+    return v
+
+
+@triton.jit
+def _gemv_partial_row(r, m: tl.constexpr, split, part_ptr, M, N, on, nmask):
+    """Store token row m's int32 partial sums r [BLOCK_N] at part[split, m, on]."""
+    tl.store(part_ptr + (split.to(tl.int64) * M + m) * N + on, r, mask=nmask)
+
+
+@triton.jit
+def _gemv_reduce_row(r, m: tl.constexpr, split, part_ptr, M, N, SPLIT_K, on, nmask):
+    """r + Σ_{s ≠ split} part[s, m, on] (read through L2): the last-arriving split's total for row m."""
+    pq = part_ptr + (on.to(tl.int64) + m * N)
+    for s2 in range(0, SPLIT_K):
+        if s2 != split:
+            r += tl.load(pq, mask=nmask, other=0, cache_modifier=".cg")
+        pq += M * N
+    return r
+
+
+@triton.jit(do_not_specialize=["SPLIT_K"])
+def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
+                     M, N, K_U, K_PER_SPLIT_U, SPLIT_K, stride_xm_u, stride_wk_u, stride_wn_u, stride_om,
+                     MROWS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_KU: tl.constexpr, PARTIALS: tl.constexpr, REDUCE: tl.constexpr, DP4A: tl.constexpr,
+                     PREFETCH: tl.constexpr = False):
+    """Streaming GEMV for M = MROWS ≤ 4 token rows (bucket key ``mma: "gemv_stream"``), shaped like a pure
+    weight-read kernel: a grid of SMs × ``programs_per_sm`` programs, each taking a contiguous run of work
+    items (item = tile · SPLIT_K + split; tile = BLOCK_N weight rows n, split = a K range of K_PER_SPLIT_U);
+    per K step one [BLOCK_N, BLOCK_KU] weight tile loads straight to registers (wide vector loads, no shared
+    memory, no MMA) and the x rows (tiny, L1/L2 resident) load as the same-layout row-broadcast tile; int32
+    products accumulate ELEMENTWISE per (token row, lane element) across the whole K loop, and one sum over K
+    per output follows the loop. The fp32 epilogue vectors (weight_scale, bias, x_scale) load before the K loop.
+
+    Units ("_U"): int8 elements, or with DP4A (CUDA ``dp4a.s32.s32``) int32 words of 4 packed K-consecutive
+    int8 (K, K_PER_SPLIT, the strides and BLOCK_KU then count words; the launcher checks K % 4 == 0, K-major
+    weight, 4-byte aligned rows). PARTIALS: int32 row sums stored to part[split, M, N]; REDUCE (CUDA): the
+    last-arriving split of a tile (int32 counter cnt[tile], acq_rel after a CTA barrier) adds the others,
+    applies the epilogue and resets the counter (no memset per call); else _qmm_epilogue_kernel does.
+    PREFETCH (bucket key ``prefetch``): the weight tile of step k + 1 is loaded (into registers) before step k's
+    products, so one step of loads stays in flight during the MACs (ptxas does not unroll the int8 loop).
+    Exact int32 sums: bit-identical to every other path."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    n_items = n_tiles * SPLIT_K
+    per = tl.cdiv(n_items, nprog)
+    first = pid * per
+    last = tl.minimum(first + per, n_items)
+    if DP4A:
+        wq = w_ptr.to(tl.pointer_type(tl.int32))
+        xq = x_ptr.to(tl.pointer_type(tl.int32))
+    else:
+        wq = w_ptr
+        xq = x_ptr
+    for item in range(first, last):
+        tile = item // SPLIT_K
+        split = item % SPLIT_K
+        on = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = on < N
+        rn = tl.minimum(on, N - 1)   # rows past N re-read row N - 1 (never stored): unmasked vector loads
+        k_start = split * K_PER_SPLIT_U
+        k_len = tl.minimum(K_U - k_start, K_PER_SPLIT_U)
+        if not PARTIALS:   # the epilogue's vectors, in flight during the K loop
+            ws = tl.load(ws_ptr + on, mask=nmask, other=0.0).to(tl.float32)
+            if HAS_BIAS:
+                bias = tl.load(bias_ptr + on, mask=nmask, other=0.0).to(tl.float32)
+            else:
+                bias = ws
+            xs0 = tl.load(xs_ptr).to(tl.float32)
+            xs1 = tl.load(xs_ptr + tl.minimum(1, M - 1)).to(tl.float32)
+            xs2 = tl.load(xs_ptr + tl.minimum(2, M - 1)).to(tl.float32)
+            xs3 = tl.load(xs_ptr + tl.minimum(3, M - 1)).to(tl.float32)
+        rk = tl.arange(0, BLOCK_KU)
+        wp = wq + (rn.to(tl.int64)[:, None] * stride_wn_u + (k_start + rk).to(tl.int64)[None, :] * stride_wk_u)
+        # the x row as a row-broadcast pointer tile: it takes the weight tile's register layout
+        xp = xq + ((k_start + rk).to(tl.int64)[None, :] + tl.zeros((BLOCK_N, 1), dtype=tl.int64))
+        acc0 = tl.zeros((BLOCK_N, BLOCK_KU), dtype=tl.int32)
+        acc1 = tl.zeros((BLOCK_N, BLOCK_KU), dtype=tl.int32)
+        acc2 = tl.zeros((BLOCK_N, BLOCK_KU), dtype=tl.int32)
+        acc3 = tl.zeros((BLOCK_N, BLOCK_KU), dtype=tl.int32)
+        if PREFETCH:   # register double buffer: the next step's weight tile is in flight during this step's MACs
+            w_nx = _gemv_load(wp, 0, rk, k_len, EVEN_K)
+        else:
+            w_nx = tl.zeros((BLOCK_N, BLOCK_KU), dtype=wq.dtype.element_ty)
+        for k in range(0, k_len, BLOCK_KU):
+            if PREFETCH:
+                w = w_nx
+                if EVEN_K:   # past the last step: re-read this step's tile (an L1/L2 hit), loads stay unmasked
+                    w_nx = tl.load(wp + (tl.minimum(k + BLOCK_KU, k_len - BLOCK_KU) - k) * stride_wk_u)
+                else:        # past the last step: every lane masked, no access
+                    w_nx = _gemv_load(wp + BLOCK_KU * stride_wk_u, k + BLOCK_KU, rk, k_len, EVEN_K)
+            else:
+                w = _gemv_load(wp, k, rk, k_len, EVEN_K)
+            acc0 = _gemv_mac(w, _gemv_load(xp, k, rk, k_len, EVEN_K), acc0, DP4A)
+            if MROWS > 1:
+                acc1 = _gemv_mac(w, _gemv_load(xp + stride_xm_u, k, rk, k_len, EVEN_K), acc1, DP4A)
+            if MROWS > 2:
+                acc2 = _gemv_mac(w, _gemv_load(xp + 2 * stride_xm_u, k, rk, k_len, EVEN_K), acc2, DP4A)
+            if MROWS > 3:
+                acc3 = _gemv_mac(w, _gemv_load(xp + 3 * stride_xm_u, k, rk, k_len, EVEN_K), acc3, DP4A)
+            wp += BLOCK_KU * stride_wk_u
+            xp += BLOCK_KU
+        # one sum over K per output
+        r0 = tl.sum(acc0, axis=1)
+        r1 = tl.sum(acc1, axis=1)
+        r2 = tl.sum(acc2, axis=1)
+        r3 = tl.sum(acc3, axis=1)
+        if not PARTIALS:
+            _qmm_store_row(r0, ws, xs0, bias, out_ptr, 0, on, nmask, stride_om, HAS_BIAS)
+            if MROWS > 1:
+                _qmm_store_row(r1, ws, xs1, bias, out_ptr, 1, on, nmask, stride_om, HAS_BIAS)
+            if MROWS > 2:
+                _qmm_store_row(r2, ws, xs2, bias, out_ptr, 2, on, nmask, stride_om, HAS_BIAS)
+            if MROWS > 3:
+                _qmm_store_row(r3, ws, xs3, bias, out_ptr, 3, on, nmask, stride_om, HAS_BIAS)
+        else:
+            _gemv_partial_row(r0, 0, split, part_ptr, M, N, on, nmask)
+            if MROWS > 1:
+                _gemv_partial_row(r1, 1, split, part_ptr, M, N, on, nmask)
+            if MROWS > 2:
+                _gemv_partial_row(r2, 2, split, part_ptr, M, N, on, nmask)
+            if MROWS > 3:
+                _gemv_partial_row(r3, 3, split, part_ptr, M, N, on, nmask)
+            if REDUCE:
+                tl.debug_barrier()
+                arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
+                if arrived == SPLIT_K - 1:
+                    ws = tl.load(ws_ptr + on, mask=nmask, other=0.0).to(tl.float32)
+                    if HAS_BIAS:
+                        bias = tl.load(bias_ptr + on, mask=nmask, other=0.0).to(tl.float32)
+                    else:
+                        bias = ws
+                    r0 = _gemv_reduce_row(r0, 0, split, part_ptr, M, N, SPLIT_K, on, nmask)
+                    _qmm_store_row(r0, ws, tl.load(xs_ptr).to(tl.float32), bias, out_ptr, 0,
+                                   on, nmask, stride_om, HAS_BIAS)
+                    if MROWS > 1:
+                        r1 = _gemv_reduce_row(r1, 1, split, part_ptr, M, N, SPLIT_K, on, nmask)
+                        _qmm_store_row(r1, ws, tl.load(xs_ptr + 1).to(tl.float32), bias, out_ptr,
+                                       1, on, nmask, stride_om, HAS_BIAS)
+                    if MROWS > 2:
+                        r2 = _gemv_reduce_row(r2, 2, split, part_ptr, M, N, SPLIT_K, on, nmask)
+                        _qmm_store_row(r2, ws, tl.load(xs_ptr + 2).to(tl.float32), bias, out_ptr,
+                                       2, on, nmask, stride_om, HAS_BIAS)
+                    if MROWS > 3:
+                        r3 = _gemv_reduce_row(r3, 3, split, part_ptr, M, N, SPLIT_K, on, nmask)
+                        _qmm_store_row(r3, ws, tl.load(xs_ptr + 3).to(tl.float32), bias, out_ptr,
+                                       3, on, nmask, stride_om, HAS_BIAS)
+                    tl.atomic_xchg(cnt_ptr + tile, 0)
+
+
 _MMA_MODES = {"dot": 0, "swap": 1, "gemv": 2}  # bucket key "mma" -> _qmm_kernel's MMA constexpr
+# "gemv_stream" is not an MMA constexpr of _qmm_kernel: it launches _qmm_gemv_kernel (M <= 4)
+_GEMV_STREAM = "gemv_stream"
+_GEMV_MAX_M = 4
 
 _COUNTERS: dict = {}
 _CNT_REGION = 1024   # counters per stream region (≥ the tiles of any split-K launch; more → a fresh buffer)
@@ -880,8 +1065,10 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     sk, k_per = plan["SPLIT_K"], plan["K_PER_SPLIT"]
     bm, bn, bk = int(plan["BLOCK_M"]), int(plan["BLOCK_N"]), int(plan["BLOCK_K"])
     mma = plan.get("mma", "dot")
+    if mma == _GEMV_STREAM:
+        return _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, plan, cfg, dev)
     if mma not in _MMA_MODES:
-        raise ValueError(f"config mma must be one of {sorted(_MMA_MODES)}, got {mma!r}")
+        raise ValueError(f"config mma must be one of {sorted(_MMA_MODES) + [_GEMV_STREAM]}, got {mma!r}")
     if mma == "gemv" and (bm != 1 or bk % 16):
         raise ValueError(f"config mma 'gemv' takes one token row per program and sums K in groups of 16: "
                          f"BLOCK_M must be 1 and BLOCK_K a multiple of 16, got {bm} and {bk}")
@@ -926,12 +1113,111 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     return out
 
 
+def _gemv_stream_dp4a_ok(x_int8: torch.Tensor, weight_int8: torch.Tensor, bk: int) -> bool:
+    """Whether the int32-word (dp4a) loads are legal: K % 4 == 0, BLOCK_K % 4 == 0, K-major weight whose rows
+    and base are 4-byte aligned, x rows 4-byte aligned (host metadata only, no sync)."""
+    M, K = x_int8.shape
+    return (K % 4 == 0 and bk % 4 == 0 and weight_int8.stride(0) == 1 and weight_int8.stride(1) % 4 == 0
+            and weight_int8.data_ptr() % 4 == 0 and x_int8.data_ptr() % 4 == 0
+            and (M == 1 or x_int8.stride(0) % 4 == 0))
+
+
+def _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, plan: dict, cfg: dict,
+                        dev: torch.device) -> torch.Tensor:
+    """``mma: "gemv_stream"`` (M ≤ 4): :func:`_qmm_gemv_kernel` on a grid of SMs × ``programs_per_sm``
+    (bucket key, default 4) programs, each a contiguous run of (BLOCK_N rows × K split) work items. ``dp4a``
+    (bucket key, CUDA only; ignored elsewhere or when the layout does not allow int32-word loads): 4 int8
+    products per ``dp4a.s32.s32``; ``prefetch`` (bucket key): register double buffer of the weight tile.
+    Raises ValueError for M > 4."""
+    M, K = x_int8.shape
+    N = weight_int8.shape[1]
+    if M > _GEMV_MAX_M:
+        raise ValueError(f"config mma {_GEMV_STREAM!r} takes at most {_GEMV_MAX_M} token rows, got M = {M}")
+    sk, k_per = int(plan["SPLIT_K"]), int(plan["K_PER_SPLIT"])
+    bn, bk = int(plan["BLOCK_N"]), int(plan["BLOCK_K"])
+    if x_int8.stride(1) != 1 and K > 1:
+        x_int8 = x_int8.contiguous()
+    dp4a = bool(plan.get("dp4a", False)) and dev.type == "cuda" and _gemv_stream_dp4a_ok(x_int8, weight_int8, bk)
+    u = 4 if dp4a else 1
+    tiles = _cdiv(N, bn)
+    n_items = tiles * sk
+    if dev.type == "cuda":
+        sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device())
+    else:
+        sms = 20
+    grid = _grid(n_items, sms * int(plan.get("programs_per_sm", 4)))
+    grid = _cdiv(n_items, _cdiv(n_items, grid))   # every program gets work
+    has_bias = bias is not None
+    bias_arg = bias if has_bias else weight_scale
+    part = torch.empty((sk, M, N), dtype=torch.int32, device=dev) if sk > 1 else out
+    reduce = sk > 1 and plan.get("reduce", "kernel") == "atomic"
+    cnt = _counters(dev, tiles) if reduce else part
+    launch = dict(num_warps=int(plan["num_warps"]))
+    if dev.type == "cuda":
+        launch["num_stages"] = int(plan.get("num_stages", 1))
+    _qmm_gemv_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt,
+                              M, N, K // u, k_per // u, sk,
+                              x_int8.stride(0) // u if (M > 1 or x_int8.stride(0) % u == 0) else 0,
+                              weight_int8.stride(0) if not dp4a else 1, weight_int8.stride(1) // u, out.stride(0),
+                              MROWS=M, HAS_BIAS=has_bias, EVEN_K=(K % bk == 0), BLOCK_N=bn, BLOCK_KU=bk // u,
+                              PARTIALS=sk > 1, REDUCE=reduce, DP4A=dp4a, PREFETCH=bool(plan.get("prefetch", False)),
+                              **launch)
+    if sk > 1 and not reduce:
+        e = cfg["epilogue"]
+        ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
+        etiles = _cdiv(M, ebm) * _cdiv(N, ebn)
+        _qmm_epilogue_kernel[(_grid(etiles, int(e.get("grid_cap", 0))),)](
+            part, weight_scale, x_scale, bias_arg, out, M, N, sk, out.stride(0),
+            HAS_BIAS=has_bias, BLOCK_M=ebm, BLOCK_N=ebn, num_warps=int(e["num_warps"]))
+    return out
+
+
 # ==============================================================================================
 # Ascend compile cases (one per kernel × config the launcher can pick)
 # ==============================================================================================
+def _gemv_stream_cases(b: dict, table: str) -> list[dict]:
+    """Compile cases of a ``mma: "gemv_stream"`` bucket: :func:`_qmm_gemv_kernel` for M = 1..min(4, max_m),
+    fused and split-K, even / tail K, bf16 / fp16 out (dp4a only on "cuda")."""
+    dp4a = bool(b.get("dp4a", False)) and table == "cuda"
+    u = 4 if dp4a else 1
+    splits = (False, True) if b.get("split_k", "auto") == "auto" else (int(b["split_k"]) > 1,)
+    cases = []
+    for mrows in range(1, min(_GEMV_MAX_M, int(b["max_m"])) + 1):
+        for partials in splits:
+            for even in (True, False):
+                for out in ("*bf16", "*fp16"):
+                    sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
+                           "out_ptr": out, "part_ptr": "*i32" if partials else out,
+                           "cnt_ptr": "*i32" if partials else out, "M": "i32", "N": "i32", "K_U": "i32",
+                           "K_PER_SPLIT_U": "i32", "SPLIT_K": "i32", "stride_xm_u": "i32", "stride_wk_u": "i32",
+                           "stride_wn_u": "i32", "stride_om": "i32", "MROWS": "constexpr", "HAS_BIAS": "constexpr",
+                           "EVEN_K": "constexpr", "BLOCK_N": "constexpr", "BLOCK_KU": "constexpr",
+                           "PARTIALS": "constexpr", "REDUCE": "constexpr", "DP4A": "constexpr",
+                           "PREFETCH": "constexpr"}
+                    ce = dict(MROWS=mrows, HAS_BIAS=True, EVEN_K=even, BLOCK_N=int(b["BLOCK_N"]),
+                              BLOCK_KU=int(b["BLOCK_K"]) // u, PARTIALS=partials,
+                              REDUCE=partials and b.get("reduce", "kernel") == "atomic", DP4A=dp4a,
+                              PREFETCH=bool(b.get("prefetch", False)))
+                    nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}"
+                    cases.append(dict(name=f"quant_matmul_gemv_stream_m{mrows}{nb}_{'splitk' if partials else 'fused'}_"
+                                           f"{'even' if even else 'tail'}_{out[1:]}",
+                                      fn=_qmm_gemv_kernel, signature=sig, constexprs=ce,
+                                      num_warps=int(b["num_warps"]), num_stages=int(b.get("num_stages", 1))))
+    return cases
+
+
+# The streaming GEMV is not in the "ascend" table (a CUDA decode variant); its portable form (no dp4a, the
+# two-kernel split-K reduction) is still lowered for Ascend so the kernel stays inside the triton-ascend 3.2 subset.
+_ASCEND_GEMV_PROBE = dict(max_m=4, max_n=4096, BLOCK_M=4, BLOCK_N=8, BLOCK_K=256, GROUP_M=1, num_warps=1, num_stages=1,
+                          split_k="auto", reduce="kernel", mma=_GEMV_STREAM)
+
+
 def ascend_compile_cases() -> list[dict]:
-    """(kernel × Ascend launch config) cases for the triton-ascend 3.2 + bishengir compile check."""
-    return compile_cases("ascend")
+    """(kernel × Ascend launch config) cases for the triton-ascend 3.2 + bishengir compile check, plus the
+    portable streaming GEMV (``_ASCEND_GEMV_PROBE``, M 1 and 4)."""
+    probe = [dict(c, name="probe_" + c["name"]) for c in _gemv_stream_cases(_ASCEND_GEMV_PROBE, "ascend")
+             if c["constexprs"]["MROWS"] in (1, 4) and c["signature"]["out_ptr"] == "*bf16"]
+    return compile_cases("ascend") + probe
 
 
 def compile_cases(table: str = "ascend") -> list[dict]:
@@ -969,6 +1255,9 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                     cases.append(dict(name=name, fn=fn, signature=sig, constexprs=ce, num_warps=int(c["num_warps"])))
     q = cfgs["quant_matmul"]
     for b in q["buckets"]:
+        if b.get("mma") == _GEMV_STREAM:
+            cases.extend(_gemv_stream_cases(b, table))
+            continue
         for partials in ((False, True) if b.get("split_k", "auto") == "auto" else (int(b["split_k"]) > 1,)):
             for even in (True, False):
                 for out in ("*bf16", "*fp16"):

@@ -6,7 +6,8 @@
 Covers: dynamic_quant / rms_norm_dynamic_quant / quant_matmul / moe_gating_top_k with bf16 (and fp16,
 fp32) inputs; field cases Q1–Q6 and G1–G6 (shared/cases.md); M ∈ {0,1,2,15,16,17,64,256,4096}; the
 DeepSeek-V3 GEMM shapes and their TP splits (K or N ∈ {576,1152,1536,2048,2112,7168,16384,18432,24576});
-weights K-major and row-major; CUDA-graph capture + replay; torch.compile(fullgraph=True) through
+weights K-major and row-major; the M = 1 streaming GEMV bucket (qkv_a, moe_gate: plan + bit-exact);
+CUDA-graph capture + replay; torch.compile(fullgraph=True) through
 ``torch.ops.ds``. Verdicts:
 
 * int8 outputs (x_int8) exact vs the reference run on the same GPU; scales bit-identical for
@@ -277,7 +278,7 @@ def check_fast_paths(dev, Ms, gen):
 
 # decode GEMMs (M <= 128) of DeepSeek-V3 by the "cuda" bucket they take: q_b K1536 N24576 at M 65..128 takes the
 # swap-AB 128x64x128 tile (bucket min_n 8192, max_k 2048), the dense MLP (K 7168) at N >= 8192 the swap bucket after it
-DECODE_SHAPES = [("qkv_a", 7168, 2112), ("q_b", 1536, 24576), ("kv_b", 512, 32768), ("dense_gate", 7168, 18432),
+DECODE_SHAPES = [("qkv_a", 7168, 2112), ("moe_gate", 7168, 2048), ("q_b", 1536, 24576), ("kv_b", 512, 32768), ("dense_gate", 7168, 18432),
                  ("dense_gate_up", 7168, 36864), ("moe_gate_up", 7168, 4096), ("o_proj", 16384, 7168)]
 DECODE_MS = (1, 2, 15, 16, 17, 33, 64, 65, 100, 127, 128)
 DECODE_MS_QUICK = (1, 16, 65, 100, 128)
@@ -365,6 +366,76 @@ def check_decode_buckets(dev, Ms, gen):
         check("split-K counters all back at zero (decode buckets)",
               all(int(buf.abs().sum().item()) == 0 for buf, _ in TQ._COUNTERS.values()))
     finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+# M = 1 decode GEMMs with N <= 2560 take the "cuda" table's first bucket, the streaming GEMV (mma "gemv_stream",
+# _qmm_gemv_kernel, dp4a on a K-major weight): 6.03 us for qkv_a on the H200 (perf/bench_quant_gating.py m1_gemv)
+GEMV_SHAPES = [("qkv_a", 7168, 2112), ("moe_gate", 7168, 2048)]
+GEMV_SHAPES_SMOKE = [("qkv_a_like", 2052, 48), ("moe_gate_like", 1030, 40)]   # K tail; K % 4 != 0 (no dp4a)
+
+
+def check_gemv_decode(dev, Ms, gen):
+    """The table's M = 1 route for N <= 2560: the plan is the first "cuda" bucket (gemv_stream, one split, dp4a),
+    M 2..16 keep the mask_m BN16 tile, N = 2561 leaves both; the launcher runs _qmm_gemv_kernel once per call;
+    fp32 and bf16 out without bias bit-identical to the reference (3 runs), K-major (dp4a where K % 4 == 0) and
+    row-major (int8 loads) weights alike; with bias within the bf16 tolerance."""
+    log("\n## quant_matmul M = 1 streaming GEMV (the cuda table's first bucket)")
+    smoke = dev.type != "cuda"
+    od0 = torch.float16 if smoke else torch.bfloat16   # the interpreter truncates fp32 -> bf16 (the reference rounds)
+    cfg = TQ._all_configs()["cuda"]["quant_matmul"]
+    first = cfg["buckets"][0]
+    check("cuda table: first quant_matmul bucket is gemv_stream for M = 1, dp4a, one split",
+          first.get("mma") == "gemv_stream" and int(first["max_m"]) == 1 and first.get("dp4a") is True
+          and first.get("split_k") == 1, str(first))
+    calls = []
+    launch = TQ._launch_gemv_stream
+    TQ._launch_gemv_stream = lambda *a, **kw: calls.append(a[6]) or launch(*a, **kw)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for name, K, N in (GEMV_SHAPES_SMOKE if smoke else GEMV_SHAPES):
+            p = TQ.plan_quant_matmul(1, N, K, dev, backend_key="cuda")
+            ok = (TQ._bucket(1, cfg, N, K) is first and p.get("mma") == "gemv_stream" and p.get("dp4a") is True
+                  and p["SPLIT_K"] == 1 and (p["BLOCK_N"], p["BLOCK_K"]) == (first["BLOCK_N"], first["BLOCK_K"]))
+            check(f"{name} K={K} N={N} M=1 plan: gemv_stream {p['BLOCK_N']}x{p['BLOCK_K']} split {p['SPLIT_K']}", ok,
+                  str({k: p.get(k) for k in ("BLOCK_N", "BLOCK_K", "num_warps", "programs_per_sm", "dp4a", "mma")}))
+            bad = []
+            for M in (2, 16):
+                q = TQ.plan_quant_matmul(M, N, K, dev, backend_key="cuda")
+                if not (q.get("mask_m") and q.get("mma", "dot") == "dot"
+                        and (q["BLOCK_M"], q["BLOCK_N"], q["SPLIT_K"]) == (16, 16, 1)):
+                    bad.append(f"M={M}: {q['BLOCK_M']}x{q['BLOCK_N']} split {q['SPLIT_K']} mma {q.get('mma')}")
+            q = TQ.plan_quant_matmul(1, 2561, K, dev, backend_key="cuda")
+            if q.get("mma") == "gemv_stream" or q.get("mask_m"):
+                bad.append(f"N=2561 M=1: {q.get('mma')} mask_m {q.get('mask_m')}")
+            check(f"{name} M 2/16 plan: mask_m 16x16 one split; N 2561: neither", not bad, "; ".join(bad))
+            w = torch.randint(-127, 128, (K, N), generator=gen, device=dev, dtype=torch.int8)
+            ws = (0.5 + torch.rand(N, generator=gen, device=dev)) / (127.0 * K ** 0.5)
+            bias = torch.randn(N, generator=gen, device=dev)
+            x = torch.randint(-127, 128, (1, K), generator=gen, device=dev, dtype=torch.int8)
+            xs = (0.5 + torch.rand(1, generator=gen, device=dev)) / 127.0
+            for lay, ww in (("kmajor", RQ.pack_weight(w, "cuda")), ("rowmajor", w)):
+                dp4a = TQ._gemv_stream_dp4a_ok(x, ww, int(p["BLOCK_K"]))
+                want_dp4a = lay == "kmajor" and K % 4 == 0
+                msgs = [] if dp4a == want_dp4a else [f"dp4a layout check {dp4a}, want {want_dp4a}"]
+                calls.clear()
+                for od in (od0, torch.float32):
+                    ref = RQ.quant_matmul(x, w, ws, xs, out_dtype=od)
+                    for _ in range(3):
+                        out = TQ.quant_matmul_config(x, ww, ws, xs, out_dtype=od, backend_key="cuda")
+                        if not torch.equal(out, ref):
+                            msgs.append(f"{str(od)[6:]} not bit-identical")
+                ok, det = bf16_close(TQ.quant_matmul_config(x, ww, ws, xs, bias=bias, out_dtype=od0, backend_key="cuda"),
+                                     RQ.quant_matmul(x, w, ws, xs, bias=bias, out_dtype=od0))
+                if not ok:
+                    msgs.append(f"bias: {det}")
+                if len(calls) != 7 or any(c.get("mma") != "gemv_stream" for c in calls):
+                    msgs.append(f"{len(calls)} gemv_stream launches of 7 calls")
+                check(f"quant_matmul {name} K={K} N={N} M=1 {lay} gemv_stream (dp4a {'on' if dp4a and not smoke else 'off'})"
+                      f" exact, 3 runs", not msgs, "; ".join(dict.fromkeys(msgs)) or det)
+    finally:
+        TQ._launch_gemv_stream = launch
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
@@ -521,7 +592,7 @@ def main() -> int:
         torch.set_num_threads(2)
     t0 = time.time()
     for fn, arg in ((check_dynamic_quant, Ms), (check_rms_norm_dynamic_quant, Ms), (check_quant_matmul, Ms),
-                    (check_fast_paths, Ms), (check_decode_buckets, Ms),
+                    (check_fast_paths, Ms), (check_decode_buckets, Ms), (check_gemv_decode, Ms),
                     (check_gating, Ms), (check_graphs_and_compile, None)):
         orig_empty = poison_like_empty() if arg is not None else None
         try:

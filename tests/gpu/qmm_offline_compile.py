@@ -2,6 +2,7 @@
 """Offline sm_90a compile of every decode quant_matmul candidate of ``perf/bench_quant_gating.py --sweep2`` (no GPU).
 
     .venv/bin/python tests/gpu/qmm_offline_compile.py > tests/gpu/results/qmm_round6_offline.md.rows
+    .venv/bin/python tests/gpu/qmm_offline_compile.py m1_gemv     # round 7: the streaming GEMV candidates
 
 For each candidate (at its group's largest M, the launcher's plan for 132 SMs): registers and spills (ptxas -v of the
 bundled ptxas, sm_90a), shared memory (Triton's metadata), CTAs resident per SM (H100/H200: 228 KB shared memory
@@ -66,18 +67,69 @@ def compile_case(BM, BN, BK, W, S, mma=0, partials=False, ru=1, mask_m=True, dyn
                 cpasync=ptx.count("cp.async.cg") + ptx.count("cp.async.ca"))
 
 
+def compile_gemv_stream(MR, BN, BKU, W, dp4a, partials=False, even=True, prefetch=False):
+    """:func:`ops.triton.quant._qmm_gemv_kernel` (``mma: "gemv_stream"``) for sm_90a: the same columns plus the
+    loop's vector loads and dp4a count (BKU: K per step in load units, int32 words with dp4a)."""
+    fn = T._qmm_gemv_kernel
+    sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
+           "out_ptr": "*bf16", "part_ptr": "*i32" if partials else "*bf16", "cnt_ptr": "*i32" if partials else "*bf16",
+           "M": "i32", "N": "i32", "K_U": "i32", "K_PER_SPLIT_U": "i32", "SPLIT_K": "i32", "stride_xm_u": "i32",
+           "stride_wk_u": "constexpr", "stride_wn_u": "i32", "stride_om": "i32"}
+    const = dict(stride_wk_u=1, MROWS=MR, HAS_BIAS=False, EVEN_K=even, BLOCK_N=BN, BLOCK_KU=BKU, PARTIALS=partials,
+                 REDUCE=partials, DP4A=dp4a, PREFETCH=prefetch)
+    sig.update({k: "constexpr" for k in const})
+    names = [p.name for p in fn.params]
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if n in sig and sig[n] != "constexpr" and n not in ("M", "SPLIT_K")}
+    ck = triton.compile(triton.compiler.ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 64),
+                        options=dict(num_warps=W, num_stages=1))
+    ptx = ck.asm["ptx"]
+    with tempfile.TemporaryDirectory() as d:
+        open(os.path.join(d, "k.ptx"), "w").write(ptx)
+        r = subprocess.run([PTXAS, "-v", "--gpu-name", "sm_90a", os.path.join(d, "k.ptx"), "-o",
+                            os.path.join(d, "k.cubin")], capture_output=True, text=True)
+    m = re.search(r"Used (\d+) registers", r.stderr)
+    sp = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
+    regs = int(m.group(1)) if m else None
+    return dict(regs=regs if m else r.stderr[-200:], spill=sp.groups() if sp else None, smem=ck.metadata.shared,
+                cta=ctas_per_sm(ck.metadata.shared, regs, W), wgmma=0, mma=ptx.count("dp4a"),
+                cpasync=ptx.count("ld.global.v4"))
+
+
 def main() -> int:
+    """Rows: | group | candidate | split | items | regs | spill | smem | CTA/SM | wgmma | mma.sync | cp.async |;
+    gemv_stream candidates put dp4a in the mma.sync column and ld.global.v4 in the cp.async one. Arguments:
+    group names to compile (default: every group of QMM_GROUPS)."""
+    want = sys.argv[1:]
     sys.argv = sys.argv[:1]
     spec = importlib.util.spec_from_file_location("bench_qg", os.path.join(REPO, "perf", "bench_quant_gating.py"))
     b = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(b)
     seen = {}
-    for g, grp in b.QMM_GROUPS.items():
+    groups = dict(b.QMM_GROUPS, **b.QMM_GEMV_GROUPS)
+    for g, grp in groups.items():
+        if want and g not in want or not want and g not in b.QMM_GROUPS:
+            continue
         for name, c0 in [("default", None)] + list(grp["cands"].items()):
             for K, N in grp["shapes"]:
                 M = grp["Ms"][-1]
                 p = T._make_qmm_plan(M, N, K, "cuda", c0, None, 132)
                 c = p if c0 is None else c0   # default: the bucket the table picks for this shape
+                if c.get("mma") == "gemv_stream":
+                    u = 4 if c.get("dp4a") else 1
+                    key = ("gs", M, c["BLOCK_N"], c["BLOCK_K"] // u, c["num_warps"], bool(c.get("dp4a")),
+                           p["SPLIT_K"] > 1, K % c["BLOCK_K"] == 0, bool(c.get("prefetch")))
+                    if key not in seen:
+                        try:
+                            seen[key] = compile_gemv_stream(*key[1:])
+                        except Exception as e:  # noqa: BLE001
+                            seen[key] = dict(err=f"{type(e).__name__}: {str(e)[:120]}")
+                    r = seen[key]
+                    items = -(-N // c["BLOCK_N"]) * p["SPLIT_K"]
+                    print(f"| {g} | {name} | {p['SPLIT_K']} | {items} | {r.get('regs')} | {r.get('spill')} | "
+                          f"{r.get('smem')} | {r.get('cta')} | 0 | dp4a {r.get('mma')} | ld.v4 {r.get('cpasync')} |"
+                          f"{(' ' + r['err'] + ' |') if 'err' in r else ''}", flush=True)
+                    continue
                 mma = T._MMA_MODES[c.get("mma", "dot")]
                 part = p["SPLIT_K"] > 1
                 dyn = int(c.get("dynamic", 0)) > 0

@@ -125,6 +125,18 @@ round23)  # session 4, last: mla_prolog rows with the final tables (fused row+qu
   step check_quant_gating 130 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
   step check_layer 100 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   ;;
+round24)  # session 4: the streaming GEMV for M <= 4 (read-kernel shaped, dp4a) against the qkv_a M=1 default
+  step quant_sweep7 90 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-groups m1_gemv --sweep2-budget 50 --out "$OUT/quant_sweep7.md"
+  step pytest_gemv 90 python3 -m pytest tests/test_quant_triton.py -q -k gpu_gemv_stream
+  ;;
+round25)  # session 4, last: the gemv_stream M=1 default on every check, M = 2..4 candidates, mla_prolog after the switch removal
+  step quant_sweep8 90 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-groups m4_gemv --sweep2-budget 40 --out "$OUT/quant_sweep8.md"
+  step pytest_quant_gpu 100 python3 -m pytest tests/test_quant_triton.py -q
+  step perf_qmm_m1 90 python3 -m perf --device cuda --ops quant_matmul --shapes 'qkv_a_M1,moe_gate_M1,qkv_a_M16,q_b_M1' --no-layer --no-dispatch --out "$OUT/perf_qmm_m1"
+  step check_quant_gating 130 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step check_mla_prolog 100 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
