@@ -343,16 +343,12 @@ ROW_SMALL = ["old_default", "old_tiles_fast", "single_bm1_w8", "single_bm1_w16",
 ROW_LARGE = list(ROW_CANDS)
 
 
-def _qc(bm, bn, bk, w, st, split="auto", reduce="atomic", target=0, gm=1, mma=None, ru=1, dyn=0):
+def _qc(bm, bn, bk, w, st, split="auto", reduce="atomic", target=0, gm=1, mma=None):
     c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, num_warps=w, num_stages=st, split_k=split, reduce=reduce)
     if target:
         c["split_target"] = target
     if mma:
         c["mma"] = mma
-    if ru > 1:
-        c["reduce_unroll"] = ru   # the last-arriving split loads the other partials ru at a time
-    if dyn:
-        c["dynamic"] = dyn        # persistent grid of dyn programs per SM fetching work items (int32 counter)
     return c
 
 
@@ -364,11 +360,6 @@ def _sw(bm, bn, bk, w, st, **kw):
     """Swap-AB (``mma: "swap"``): acc^T[BLOCK_N, BLOCK_M] = w^T tile · x tile^T; BLOCK_N weight rows fill the
     MMA's M slot (wgmma: 64 per warpgroup), BLOCK_M tokens its N slot; x rows past M masked."""
     return _mm(_qc(bm, bn, bk, w, st, mma="swap", **kw))
-
-
-def _gv(bn, bk, w, split=1, **kw):
-    """GEMV (``mma: "gemv"``): one token row per program, int32 products summed on the CUDA cores."""
-    return _mm(_qc(1, bn, bk, w, 3, split=split, mma="gemv", **kw))
 
 
 def _gs(bn, bk, w, ppc, split=1, dp4a=True, reduce="atomic", pf=False):
@@ -387,10 +378,10 @@ def _gs(bn, bk, w, ppc, split=1, dp4a=True, reduce="atomic", pf=False):
 # Round 7 (issue 4, M = 1 qkv_a 8.43 us -> <= 7.1 us): the streaming GEMV, shaped like perf/bench_stream.py's read
 # kernel (5.43-5.70 us at 4-8 programs x 4 warps per SM). Name: gs_BNxBK (weight rows x K bytes per step), _wW warps,
 # _pP programs per SM, _kS K splits (atomic last-arriving reduction), _dp4a / _i32 (portable int32 products);
-# _pf register double buffer of the weight tile; "B/thr": weight bytes per thread per step. gv_1x4x1024_w4 = round 5's GEMV (9.94 us) for attribution.
+# _pf register double buffer of the weight tile; "B/thr": weight bytes per thread per step. (Round 5's GEMV,
+# mma "gemv", 9.94 us, was removed from quant_matmul with the other switches that lost in every sweep.)
 QMM_GEMV_GROUPS = {
     "m1_gemv": dict(Ms=(1,), shapes=[(7168, 2112)], keys=dict(max_m=1, max_n=2560), cands={
-        "gv_1x4x1024_w4": _gv(4, 1024, 4),                                  # round 5 GEMV (528 tiles, 4/SM)
         "gs_4x1024_w4_p4_i32": _gs(4, 1024, 4, 4, dp4a=False),              # same tiles, hoisted epilogue, int32 MACs
         "gs_4x1024_w4_p4": _gs(4, 1024, 4, 4),                              # 528 programs, 32 B/thr (read p4)
         "gs_2x1024_w2_p8": _gs(2, 1024, 2, 8),                              # 1056 x 2 warps, 32 B/thr
@@ -418,8 +409,8 @@ QMM_GEMV_GROUPS = {
 # docs/perf/quant_sweep2.md .. quant_sweep5.md (round 5: GEMV, swap-AB, unrolled reductions and persistent grids at
 # M <= 64 all lost to the defaults; its clear losers are gone from this table). Name: BMxBNxBK (tokens x weight
 # columns x K), _sS stages, _wW warps, _kS split_k forced to S (else "auto": split until ~132 work items, or _tT
-# items), _gG GROUP_M, _uU reduce_unroll U, _dP persistent grid of P programs per SM, sw_ = swap-AB, gv_ = GEMV,
-# _mm = x rows past M masked. "cta/SM" in the comments: CTAs resident per SM by shared memory and registers
+# items), _gG GROUP_M, sw_ = swap-AB, _mm = x rows past M masked (the reduce_unroll / persistent-grid / GEMV
+# candidates of rounds 5-6 lost in every sweep and were removed with their switches). "cta/SM" in the comments: CTAs resident per SM by shared memory and registers
 # (offline sm_90a compile, tests/gpu/results/qmm_round6_offline.md). Each group: the M values and (K, N) shapes it
 # is judged on (worst shape), the bucket keys its WINNER line carries (paste before the bucket it replaces in
 # configs/quant.json "cuda").
@@ -433,21 +424,13 @@ QMM_GROUPS = {
         "sw_16x64x128_s8": _sw(16, 64, 128, 4, 8),
     }),
     "m64_n2112": dict(Ms=(64,), shapes=[(7168, 2112)], keys=dict(max_m=64, max_n=2560), cands={
-        "64x16x256_s6_k1": _qc(64, 16, 256, 4, 6, split=1), "sw_64x64x256_s4_u4": _sw(64, 64, 256, 4, 4, ru=4),
+        "64x16x256_s6_k1": _qc(64, 16, 256, 4, 6, split=1),
     }),
     "m128_n2112": dict(Ms=(128,), shapes=[(7168, 2112)], keys=dict(max_m=128, max_n=2560), cands={
-        # the default (BM64 BN32 BK256 s4, 2 splits: 264 items at 2 CTA/SM = one wave) with more bytes in flight
-        # per SM: 3 splits at s3 (396 items, 3 CTA/SM) or BK128 in 4 splits at s4 (528 items, 4 CTA/SM); the
-        # last-arriving split loads the other partials at once (_u4: one L2 round trip, not SPLIT_K - 1 serial ones)
-        "64x32x256_s3_k3_u4": _qc(64, 32, 256, 4, 3, split=3, ru=4),
-        "64x32x128_s4_k4_u4": _qc(64, 32, 128, 4, 4, split=4, ru=4),
+        # the default (BM64 BN32 BK256 s4, 2 splits: 264 items at 2 CTA/SM = one wave); round 6's unrolled-reduction
+        # neighbours (_u4) went with reduce_unroll
         # GROUP_M 2: the two 64-token tiles of a weight column are neighbours (the second read hits L2)
         "64x32x256_s4_k2_g2": _qc(64, 32, 256, 4, 4, split=2, gm=2),
-        # one 128-token tile: weights read once (L2 traffic 75 vs 91 MB), 66 tiles x 4 splits = 264 items, 2 CTA/SM
-        "128x32x128_s4_k4_u4": _qc(128, 32, 128, 4, 4, split=4, ru=4),
-        # swap-AB 64 weight rows x 128 tokens: 33 x 8 = 264 items at 2 CTA/SM, x re-read 33x not 66x (45 MB);
-        # round 5's s4 t264 (serial reduction) took 15.9 us; _u4 spills 92 B offline, _u2 does not
-        "sw_128x64x128_s3_t264_u2": _sw(128, 64, 128, 4, 3, target=264, ru=2),
     }),
     "m128_qb": dict(Ms=(65, 128), shapes=[(1536, 24576)], keys=dict(max_m=128, min_n=8192, max_k=2048), cands={
         # default = round 5's winner sw_128x256x128_w8_s3 (96 tiles on 132 SMs, 1 CTA/SM, 2 stages in flight); split_k 1

@@ -531,9 +531,9 @@ def test_mask_m_rows_past_m_masked_not_wrapped(M, K, N, split, even, gen):
 
 @_host
 def test_decode_buckets_by_n():
-    """The "cuda" table's M <= 16 decode buckets: N <= 2560 (qkv_a 2112, moe_gate 2048) one 16-column tile per
-    program over all of K with x rows masked past M (43 % of copy bandwidth on the H200 vs 38 % for the split-K
-    BN64 tile); wider N keeps the BN64 split-K tile."""
+    """The "cuda" table's M <= 16 decode buckets: N <= 2560 (qkv_a 2112, moe_gate 2048) the streaming GEMV at M = 1
+    and M = 2, at M 3..16 one 16-column tile per program over all of K with x rows masked past M (43 % of copy
+    bandwidth on the H200 vs 38 % for the split-K BN64 tile); wider N keeps the BN64 split-K tile."""
     cpu = torch.device("cpu")
     # M = 1 (qkv_a K7168 N2112, moe_gate K7168 N2048): the table's first bucket, the streaming GEMV (6.03 us on the
     # H200 for qkv_a, perf/bench_quant_gating.py m1_gemv), one split, dp4a
@@ -541,11 +541,18 @@ def test_decode_buckets_by_n():
         p = T.plan_quant_matmul(1, n, 7168, cpu, backend_key="cuda")
         assert p["mma"] == "gemv_stream" and p["dp4a"] and p["SPLIT_K"] == 1 and not p.get("mask_m"), p
         assert (p["BLOCK_N"], p["BLOCK_K"]) == (_GEMV_BUCKET["BLOCK_N"], _GEMV_BUCKET["BLOCK_K"]), p
-    # M 2..16: one 16-column tile per program over all of K, x rows masked past M
-    for m in (2, 16):
+    # M = 2: the second streaming GEMV bucket (4-row tiles, 4 warps, 4 programs per SM, prefetch; 6.71 vs 8.38 us for
+    # qkv_a on the H200, sweep 8), one split, dp4a
+    for n in (2112, 2048):
+        p = T.plan_quant_matmul(2, n, 7168, cpu, backend_key="cuda")
+        assert p["mma"] == "gemv_stream" and p["dp4a"] and p["prefetch"] and p["SPLIT_K"] == 1, p
+        assert (p["BLOCK_N"], p["BLOCK_K"], p["num_warps"], p["programs_per_sm"]) == (4, 1024, 4, 4), p
+        assert not p.get("mask_m"), p
+    # M 3..16: one 16-column tile per program over all of K, x rows masked past M
+    for m in (3, 4, 16):
         p = T.plan_quant_matmul(m, 2112, 7168, cpu, backend_key="cuda")
         assert (p["BLOCK_N"], p["SPLIT_K"], p["mask_m"]) == (16, 1, True) and p.get("mma", "dot") == "dot", (m, p)
-    for m in (1, 16):
+    for m in (1, 2, 16):
         for n, k in ((4096, 7168), (7168, 16384), (24576, 1536)):
             p = T.plan_quant_matmul(m, n, k, cpu, backend_key="cuda")
             assert p["BLOCK_N"] == 64 and not p.get("mask_m", False) and p.get("mma", "dot") == "dot", (m, n, p)
@@ -732,16 +739,26 @@ def test_split_k_graphs_replayed_concurrently_on_two_streams():
 _CUDA_QMM = T._all_configs()["cuda"]["quant_matmul"]
 _MASK_BUCKET = next(b for b in _CUDA_QMM["buckets"] if b.get("mask_m"))
 _MAX_N = int(_MASK_BUCKET["max_n"])
-# the streaming GEMV bucket in front of it (M = 1, N <= 2560: 6.03 us for qkv_a on the H200)
-_GEMV_BUCKET = next(b for b in _CUDA_QMM["buckets"] if b.get("mma") == "gemv_stream")
-_GEMV_MAX_M = int(_GEMV_BUCKET["max_m"])
-assert _CUDA_QMM["buckets"].index(_GEMV_BUCKET) < _CUDA_QMM["buckets"].index(_MASK_BUCKET)
-assert int(_GEMV_BUCKET["max_n"]) == _MAX_N and 1 <= _GEMV_MAX_M <= T._GEMV_MAX_M < 16
+# the streaming GEMV buckets in front of it, in table order: M = 1 (N <= 2560: 6.03 us for qkv_a on the H200, sweep 7)
+# and M = 2 (4-row tiles, 4 warps, 4 programs per SM, prefetch: 8.38 -> 6.71 us, sweep 8)
+_GEMV_BUCKETS = [b for b in _CUDA_QMM["buckets"] if b.get("mma") == "gemv_stream"]
+_GEMV_BUCKET = _GEMV_BUCKETS[0]                      # M = 1
+_GEMV_M2_BUCKET = _GEMV_BUCKETS[1]                   # M = 2
+_GEMV_MAX_M = max(int(b["max_m"]) for b in _GEMV_BUCKETS)
+assert [int(b["max_m"]) for b in _GEMV_BUCKETS] == [1, 2] and _GEMV_MAX_M == 2
+assert [_CUDA_QMM["buckets"].index(b) for b in _GEMV_BUCKETS] == [0, 1] < [_CUDA_QMM["buckets"].index(_MASK_BUCKET)]
+assert all(int(b["max_n"]) == _MAX_N for b in _GEMV_BUCKETS) and _GEMV_MAX_M <= T._GEMV_MAX_M < 16
+
+
+def _gemv_bucket_for(M):
+    """The gemv_stream bucket the "cuda" table gives M at N <= max_n (the first with M <= max_m), or None."""
+    return next((b for b in _GEMV_BUCKETS if M <= int(b["max_m"])), None)
 
 
 def _narrow_decode_bucket(M):
-    """The bucket the "cuda" table gives M <= 16 at N <= max_n: the streaming GEMV up to its max_m, then mask_m."""
-    return _GEMV_BUCKET if M <= _GEMV_MAX_M else _MASK_BUCKET
+    """The bucket the "cuda" table gives M <= 16 at N <= max_n: the streaming GEMV bucket for M (M = 1, M = 2),
+    then mask_m."""
+    return _gemv_bucket_for(M) or _MASK_BUCKET
 
 
 def _cuda_plan(M, N, K, sms=132):
@@ -763,15 +780,16 @@ def test_gpu_split_k_helper_shape_splits():
 @pytest.mark.parametrize("M", [1, 2, 3, 4, 5, 15, 16])
 def test_Q1_decode_bucket_boundaries_in_n_and_m(M):
     """min_n <= N <= max_n is inclusive at both ends: N = max_n takes the narrow decode bucket (the streaming GEMV
-    at M <= its max_m, 1; the mask_m BN16 tile at the other M <= 16), max_n + 1 the split-K BN64 bucket, at every
+    buckets at M = 1 and M = 2; the mask_m BN16 tile at M 3..16), max_n + 1 the split-K BN64 bucket, at every
     M <= 16; M = 17 never takes either; N unknown (0) and N = 1 do."""
     want = _narrow_decode_bucket(M)
     for N in (1, 16, 17, _MAX_N - 1, _MAX_N):
         assert T._bucket(M, _CUDA_QMM, N, 7168) is want, (N, M)
         p = _cuda_plan(M, N, 7168)
-        if want is _GEMV_BUCKET:
+        if want is not _MASK_BUCKET:
             assert p["mma"] == "gemv_stream" and not p.get("mask_m") and p["SPLIT_K"] == 1, (N, p)
-            assert (p["BLOCK_N"], p["BLOCK_K"]) == (_GEMV_BUCKET["BLOCK_N"], _GEMV_BUCKET["BLOCK_K"]), (N, p)
+            assert all(p[k] == want[k] for k in ("max_m", "BLOCK_N", "BLOCK_K", "num_warps", "programs_per_sm")), (N, p)
+            assert bool(p.get("prefetch")) == bool(want.get("prefetch")) == (M == 2), (N, p)
         else:
             assert p.get("mask_m") and p.get("mma", "dot") == "dot", (N, p)
             assert (p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"], p["SPLIT_K"]) == (16, 16, 512, 1), (N, p)
@@ -828,10 +846,10 @@ def _exact_vs_reference(out, ref, out_dtype, ref32=None):
         assert torch.equal(out, ref), (out - ref).abs().max()
 
 
-@pytest.mark.parametrize("M", [0, 1, 2, 15, 16, 17])
+@pytest.mark.parametrize("M", [0, 1, 2, 3, 15, 16, 17])
 @pytest.mark.parametrize("K", [1, 100, 512, 1368])
 def test_Q1_Q2_Q6_decode_mask_m_bucket_through_the_registered_op(M, K, gen, monkeypatch):
-    """The registered op on the "cuda" table: M = 1 takes the streaming GEMV bucket, M 2..16 the mask_m bucket
+    """The registered op on the "cuda" table: M = 1 and M = 2 take the streaming GEMV buckets, M 3..16 the mask_m bucket
     (K < BLOCK_K, = BLOCK_K, a tail of K = 1368, K = 1), M = 0 an empty result (Q6), M = 17 the next bucket; N = 40
     (not a multiple of BLOCK_N 16: wrapped columns, never stored). Bit-identical to the reference; the GEMV launcher
     runs exactly when the plan names it."""
@@ -941,41 +959,35 @@ def test_cuda_compile_cases_carry_mask_m():
 
 # ----------------------------------------------------------------------------------------------
 # issue 4, round 5: decode kernel variants, bucket key "mma" ("swap": swap-AB tl.dot of the transposed tiles;
-# "gemv": CUDA-core int32 products, one token row per program). Both are constexpr switches of _qmm_kernel.
+# "gemv", CUDA-core products, "reduce_unroll" and the persistent "dynamic" grid lost in every H200 sweep and were
+# removed: a config naming them raises ValueError). "swap" is a constexpr switch of _qmm_kernel.
 # ----------------------------------------------------------------------------------------------
-def _variant(mma, bm, bn, bk, split=1, reduce="atomic", mask_m=True, ru=1, dyn=0):
+def _variant(mma, bm, bn, bk, split=1, reduce="atomic", mask_m=True):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=3, split_k=split,
-                reduce=reduce, mask_m=mask_m, mma=mma, reduce_unroll=ru, dynamic=dyn)
+                reduce=reduce, mask_m=mask_m, mma=mma)
 
 
 _VARIANT_CASES = [
-    # mma, BM, BN, BK, split, reduce, mask_m, M, K, N, weight layout, config table (cuda: wrap; ascend: masks),
-    # reduce_unroll (the last-arriving split loads that many partials at once; past SPLIT_K: clamped, counted 0x)
+    # mma, BM, BN, BK, split, reduce, mask_m, M, K, N, weight layout, config table (cuda: wrap; ascend: masks)
     ("swap", 16, 32, 128, 1, "atomic", True, 1, 300, 40, "kmajor", "cuda"),     # K and N tails, 15 masked rows
     ("swap", 16, 32, 128, 3, "atomic", True, 17, 700, 72, "kmajor", "cuda"),    # M = 17: a 1-row M block; short last split
-    ("swap", 16, 32, 64, 5, "atomic", True, 9, 1100, 40, "kmajor", "cuda", 4),  # 5 splits read 4 at a time
-    ("dot", 16, 16, 128, 6, "atomic", True, 3, 1500, 24, "rowmajor", "cuda", 4),  # the default MMA with unrolled reduce
-    ("gemv", 1, 8, 64, 7, "atomic", True, 2, 1300, 20, "strided", "cuda", 2),
+    ("swap", 16, 32, 64, 5, "atomic", True, 9, 1100, 40, "kmajor", "cuda"),     # 5 splits
+    ("dot", 16, 16, 128, 6, "atomic", True, 3, 1500, 24, "rowmajor", "cuda"),   # the default MMA, 6 splits
     ("swap", 16, 64, 64, 2, "kernel", False, 5, 512, 64, "rowmajor", "cuda"),   # wrapped rows, two-kernel reduce
     ("swap", 32, 16, 128, 2, "atomic", True, 40, 384, 33, "strided", "ascend"),  # masked loads, any-stride weight
-    ("gemv", 1, 8, 128, 1, "atomic", True, 1, 300, 40, "kmajor", "cuda"),
-    ("gemv", 1, 4, 64, 3, "atomic", True, 3, 700, 30, "kmajor", "cuda"),        # 3 row programs per column tile
-    ("gemv", 1, 2, 256, 2, "kernel", True, 2, 1000, 9, "rowmajor", "cuda"),
-    ("gemv", 1, 16, 128, 2, "atomic", False, 4, 512, 50, "strided", "ascend"),
 ]
 
 
 @pytest.mark.parametrize("case", _VARIANT_CASES,
-                         ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}x{c[3]}-k{c[4]}{c[5][0]}-M{c[7]}K{c[8]}N{c[9]}-{c[10]}-{c[11]}"
-                                       + (f"-u{c[12]}" if len(c) > 12 else ""))
+                         ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}x{c[3]}-k{c[4]}{c[5][0]}-M{c[7]}K{c[8]}N{c[9]}-{c[10]}-{c[11]}")
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
 def test_mma_variants_bit_identical_to_reference(case, out_dtype, gen):
-    """Swap-AB and GEMV tiles (poisoned outputs, bias, M / K / N not multiples of the tile, split-K with both
-    reductions and an unrolled last-split reduction, every weight layout, wrapped and masked loads):
-    bit-identical to the reference, counters left at zero."""
-    mma, bm, bn, bk, split, reduce, mask_m, M, K, N, layout, table = case[:12]
+    """Swap-AB tiles and the default MMA (poisoned outputs, bias, M / K / N not multiples of the tile, split-K with
+    both reductions, every weight layout, wrapped and masked loads): bit-identical to the reference, counters left
+    at zero."""
+    mma, bm, bn, bk, split, reduce, mask_m, M, K, N, layout, table = case
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout=layout, bias=True)
-    cfg = _variant(mma, bm, bn, bk, split, reduce, mask_m, ru=case[12] if len(case) > 12 else 1)
+    cfg = _variant(mma, bm, bn, bk, split, reduce, mask_m)
     assert T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key=table)["SPLIT_K"] == split
     out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg, backend_key=table)
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype)
@@ -984,7 +996,7 @@ def test_mma_variants_bit_identical_to_reference(case, out_dtype, gen):
         assert int(buf.abs().sum()) == 0
 
 
-@pytest.mark.parametrize("mma", ["swap", "gemv"])
+@pytest.mark.parametrize("mma", ["dot", "swap"])
 def test_mma_variants_non_contiguous_x_and_no_bias(mma, gen):
     """x a column slice of a wider tensor (row stride K + 5), no bias, fp32 out."""
     M, K, N = 3, 520, 24
@@ -992,83 +1004,84 @@ def test_mma_variants_non_contiguous_x_and_no_bias(mma, gen):
     wide = torch.randint(-127, 128, (M, K + 5), generator=gen, dtype=torch.int8)
     wide[:, 2:2 + K] = x0
     x = wide[:, 2:2 + K]
-    cfg = _variant(mma, 16 if mma == "swap" else 1, 16, 128, split=2)
+    cfg = _variant(mma, 16, 16, 128, split=2)
     out = T.quant_matmul_config(x, w, ws, xs, out_dtype=torch.float32, config=cfg, backend_key="cuda")
     _exact_vs_reference(out, R.quant_matmul(x0, w, ws, xs, out_dtype=torch.float32), torch.float32)
 
 
 @settings(max_examples=10)
-@given(M=st.integers(1, 20), K=st.integers(1, 600), N=st.integers(1, 70), mma=st.sampled_from(["swap", "gemv"]),
+@given(M=st.integers(1, 20), K=st.integers(1, 600), N=st.integers(1, 70), mma=st.sampled_from(["dot", "swap"]),
        split=st.integers(1, 3), seed=st.integers(0, 2**31 - 1))
 def test_mma_variants_hypothesis(M, K, N, mma, split, seed):
     g = torch.Generator().manual_seed(seed)
     x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
-    cfg = _variant(mma, 16 if mma == "swap" else 1, 16, 64, split=split)
+    cfg = _variant(mma, 16, 16, 64, split=split)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(torch, "empty", poisoned_empty)
         out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
 
 
-def test_mma_variant_config_errors(gen):
+@_host
+def test_mma_variant_config_errors_and_removed_switches(gen):
+    """An unknown mma is a ValueError; so is a config (or a table bucket) naming a removed switch (mma "gemv",
+    reduce_unroll, dynamic: they lost in every H200 sweep), whatever its value: through the launcher and the plan,
+    before any launch."""
     x, w, ws, xs, _ = _qmm_inputs(2, 64, 16, gen)
-    with pytest.raises(ValueError, match="BLOCK_M must be 1"):
-        T.quant_matmul_config(x, w, ws, xs, config=_variant("gemv", 16, 16, 64), backend_key="cuda")
-    with pytest.raises(ValueError, match="BLOCK_K a multiple of 16"):
-        T.quant_matmul_config(x, w, ws, xs, config=_variant("gemv", 1, 16, 8), backend_key="cuda")
     with pytest.raises(ValueError, match="mma must be one of"):
         T.quant_matmul_config(x, w, ws, xs, config=_variant("wgmma", 16, 16, 64), backend_key="cuda")
+    assert "gemv" not in T._MMA_MODES and set(T._MMA_MODES) == {"dot", "swap"}
+    removed = [(dict(_variant("gemv", 1, 16, 64)), "mma 'gemv' was removed"),
+               (dict(_variant("dot", 16, 16, 64, split=2), reduce_unroll=4), "'reduce_unroll' was removed"),
+               (dict(_variant("dot", 16, 16, 64, split=2), reduce_unroll=1), "'reduce_unroll' was removed"),
+               (dict(_variant("swap", 16, 16, 64), dynamic=2), "'dynamic' was removed"),
+               (dict(_variant("dot", 16, 16, 64), dynamic=0), "'dynamic' was removed")]
+    for cfg, msg in removed:
+        for table in ("cuda", "ascend"):
+            with pytest.raises(ValueError, match=msg):
+                T.quant_matmul_config(x, w, ws, xs, config=cfg, backend_key=table)
+            with pytest.raises(ValueError, match=msg):
+                T.plan_quant_matmul(2, 16, 64, torch.device("cpu"), cfg, backend_key=table)
 
 
-@pytest.mark.parametrize("mma,bm,split,reduce,dyn,M,K,N", [
-    ("dot", 16, 1, "atomic", 1, 40, 300, 70),      # 3 x 5 tiles, no split: 15 items over a 20-program grid
-    ("dot", 16, 4, "atomic", 1, 3, 1100, 150),     # 10 tiles x 4 splits = 40 items > 20 programs: fetched
-    ("swap", 16, 3, "kernel", 2, 17, 700, 72),     # two-kernel reduction, counters used only for fetching
-    ("gemv", 1, 7, "atomic", 1, 2, 1300, 90),      # 2 rows x 12 tiles x 7 splits = 168 items
-])
-def test_dynamic_work_fetching_bit_identical_and_counters_reset(mma, bm, split, reduce, dyn, M, K, N, gen):
-    """``dynamic``: a persistent grid (the interpreter's 20 "SMs" x dyn programs) takes work items from an int32
-    counter; results bit-identical to the reference across repeated calls (the counters start at 0 each call:
-    the last program resets them), every counter back at 0."""
-    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
-    cfg = _variant(mma, bm, 16, 64 if mma != "swap" else 128, split, reduce, ru=2, dyn=dyn)
-    ref = R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float16)
-    for _ in range(2):
-        out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float16, config=cfg, backend_key="cuda")
-        _exact_vs_reference(out, ref, torch.float16)
-        buf, _ = T._COUNTERS[("cpu", None)]
-        assert int(buf.abs().sum()) == 0
+@_host
+def test_removed_switch_in_the_table_is_an_error(monkeypatch):
+    """A table bucket naming a removed switch fails the plan (and so every call it would serve) with ValueError."""
+    cfgs = json.loads(json.dumps(T._all_configs()))
+    cfgs["cuda"]["quant_matmul"]["buckets"].insert(0, dict(_variant("dot", 16, 16, 256), max_m=3, dynamic=1))
+    monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
+    with pytest.raises(ValueError, match="'dynamic' was removed"):
+        T._make_qmm_plan(3, 2112, 7168, "cuda", None, None, 132)
+    assert T._make_qmm_plan(4, 2112, 7168, "cuda", None, None, 132)["mask_m"]   # the buckets after it still plan
 
 
 @_host
 def test_compile_cases_carry_the_mma_switch(monkeypatch):
-    """compile_cases builds a bucket's "mma" into the MMA constexpr (offline sm_90 / Ascend compile of a winner)."""
+    """compile_cases builds a bucket's "mma" into the MMA constexpr (offline sm_90 / Ascend compile of a winner);
+    _qmm_kernel has no RED_UNROLL / DYNAMIC constexprs any more."""
+    assert not {"RED_UNROLL", "DYNAMIC"} & set(T._qmm_kernel.arg_names)
     cfgs = json.loads(json.dumps(T._all_configs()))
     base = [c["constexprs"]["MMA"] for c in T.compile_cases("cuda") if c["fn"] is T._qmm_kernel]   # q_b's swap bucket
     cfgs["cuda"]["quant_matmul"]["buckets"].insert(0, dict(_variant("swap", 16, 64, 256), max_m=1, max_n=2560))
-    cfgs["cuda"]["quant_matmul"]["buckets"].insert(0, dict(_variant("gemv", 1, 8, 512, dyn=2), max_m=1, max_n=2560))
     monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
     cases = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_kernel]
     mmas = [c["constexprs"]["MMA"] for c in cases]
-    assert mmas.count(2) == base.count(2) + 4 and mmas.count(1) == base.count(1) + 4   # even/tail x bf16/fp16, one split
-    dyn = [c for c in cases if c["constexprs"]["DYNAMIC"]]
-    assert len(dyn) == 4 and all(c["signature"]["cnt_ptr"] == "*i32" and c["constexprs"]["MMA"] == 2 for c in dyn)
+    assert mmas.count(1) == base.count(1) + 4 and set(mmas) <= {0, 1}   # even/tail x bf16/fp16, one split
     assert all(c["constexprs"]["MMA"] == 0 for c in T.ascend_compile_cases() if c["fn"] is T._qmm_kernel)
 
 
 @_gpu
 def test_gpu_mma_variants_bit_identical_and_graph_safe():
-    """(GPU) qkv_a's shape (K7168 N2112) at M 1 / 16 / 64 / 128 with swap-AB and GEMV tiles, unrolled split-K
-    reductions and persistent grids with dynamic work fetching, bf16 out: bit-identical to the default path and to
-    the CPU reference (fp32 out), a CUDA-graph replay equals the eager call, the counters end at zero."""
+    """(GPU) qkv_a's shape (K7168 N2112) at M 1 / 16 / 64 / 128 with swap-AB tiles and split-K, bf16 out:
+    bit-identical to the default path and to the CPU reference (fp32 out), a CUDA-graph replay equals the eager
+    call, the counters end at zero."""
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(11)
     K, N = 7168, 2112
-    for M, cfg in ((1, _variant("gemv", 1, 4, 1024)), (1, _variant("swap", 16, 64, 256, split="auto")),
+    for M, cfg in ((1, _variant("swap", 16, 64, 256, split="auto")),
                    (16, _variant("swap", 16, 64, 256, split=4)), (64, _variant("swap", 64, 64, 128, split="auto")),
                    (128, _variant("swap", 128, 64, 128, split="auto")),
-                   (1, _variant("gemv", 1, 8, 512, split=14, ru=4, dyn=4)),
-                   (16, _variant("dot", 16, 16, 256, split=7, ru=4, dyn=3))):
+                   (16, _variant("dot", 16, 16, 256, split=7))):
         x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
         ref32 = R.quant_matmul(x, w, ws, xs, out_dtype=torch.float32)   # no bias: no FMA contraction question
         x, w, ws, xs, b = (t.to(dev) for t in (x, w, ws, xs, b))
@@ -1247,26 +1260,29 @@ def test_gemv_stream_dp4a_layout_checks_and_compile_cases(monkeypatch):
     assert not T._gemv_stream_dp4a_ok(x, torch.zeros((K, N), dtype=torch.int8), 64)          # row-major weight
     assert not T._gemv_stream_dp4a_ok(torch.zeros((2, 62), dtype=torch.int8),
                                       R.pack_weight(torch.zeros((62, N), dtype=torch.int8), "cuda"), 64)
-    # the "cuda" table as it is: its gemv_stream bucket (M = 1, one split, dp4a) gives M 1 cases only, fused,
-    # even / tail K x bf16 / fp16, with the bucket's tile (BLOCK_K in int32 words under dp4a), every name unique
+    # the "cuda" table as it is: its gemv_stream buckets (M = 1 and M = 2, one split, dp4a; prefetch at M = 2) give
+    # MROWS 1..max_m cases each, fused, even / tail K x bf16 / fp16, with the bucket's tile (BLOCK_K in int32 words
+    # under dp4a), every name unique (the bucket's max_m in it)
     gs = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_gemv_kernel]
-    assert _GEMV_BUCKET["split_k"] == 1 and _GEMV_BUCKET["dp4a"] and _GEMV_MAX_M == 1
-    assert len(gs) == 2 * 2
-    assert {(c["constexprs"]["EVEN_K"], c["signature"]["out_ptr"]) for c in gs} == {
-        (e, o) for e in (True, False) for o in ("*bf16", "*fp16")}
-    for c in gs:
-        ce = c["constexprs"]
-        assert (ce["MROWS"], ce["BLOCK_N"], ce["BLOCK_KU"], ce["DP4A"], ce["PARTIALS"], ce["REDUCE"]) == (
-            1, _GEMV_BUCKET["BLOCK_N"], _GEMV_BUCKET["BLOCK_K"] // 4, True, False, False), c["name"]
-        assert c["num_warps"] == _GEMV_BUCKET["num_warps"] and c["name"].startswith("quant_matmul_gemv_stream_m1_")
-        assert set(c["signature"]) == set(T._qmm_gemv_kernel.arg_names), c["name"]
+    assert all(b["split_k"] == 1 and b["dp4a"] for b in _GEMV_BUCKETS) and _GEMV_MAX_M == 2
+    assert len(gs) == (1 + 2) * 2 * 2
+    for b in _GEMV_BUCKETS:
+        mine = [c for c in gs if c["name"].startswith(f"quant_matmul_gemv_stream_m{b['max_m']}_n0-{b['max_n']}_")]
+        assert {(c["constexprs"]["MROWS"], c["constexprs"]["EVEN_K"], c["signature"]["out_ptr"]) for c in mine} == {
+            (m, e, o) for m in range(1, int(b["max_m"]) + 1) for e in (True, False) for o in ("*bf16", "*fp16")}
+        for c in mine:
+            ce = c["constexprs"]
+            assert (ce["BLOCK_N"], ce["BLOCK_KU"], ce["DP4A"], ce["PARTIALS"], ce["REDUCE"], ce["PREFETCH"]) == (
+                b["BLOCK_N"], b["BLOCK_K"] // 4, True, False, False, bool(b.get("prefetch"))), c["name"]
+            assert c["num_warps"] == b["num_warps"] and c["name"].startswith(f"quant_matmul_gemv_stream_m{b['max_m']}_")
+            assert set(c["signature"]) == set(T._qmm_gemv_kernel.arg_names), c["name"]
     names = [c["name"] for c in T.compile_cases("cuda")]
     assert len(names) == len(set(names))
-    # a gemv_stream bucket for M <= 4 in place of it ("cuda": dp4a) / in front of the table ("ascend": no dp4a):
+    # one gemv_stream bucket for M <= 4 in place of them ("cuda": dp4a) / in front of the table ("ascend": no dp4a):
     # M 1..4 cases
     cfgs = json.loads(json.dumps(T._all_configs()))
     qc = cfgs["cuda"]["quant_matmul"]["buckets"]
-    qc[[b.get("mma") for b in qc].index("gemv_stream")] = dict(_gs(4, 1024, split=1), max_m=4, max_n=2560)
+    qc[:] = [dict(_gs(4, 1024, split=1), max_m=4, max_n=2560)] + [b for b in qc if b.get("mma") != "gemv_stream"]
     cfgs["ascend"]["quant_matmul"]["buckets"].insert(0, dict(_gs(4, 1024, split=1), max_m=4, max_n=2560))
     monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
     for table, dp4a in (("cuda", True), ("ascend", False)):
@@ -1282,85 +1298,119 @@ def test_gemv_stream_dp4a_layout_checks_and_compile_cases(monkeypatch):
     assert not any(c["fn"] is T._qmm_gemv_kernel for c in T.compile_cases("ascend"))   # not in the "ascend" table
 
 
-# the "cuda" table's first bucket (M = 1, N <= 2560) is the streaming GEMV: small analogues of qkv_a / moe_gate
+@_host
+def test_gemv_stream_compile_case_names_carry_the_buckets_max_m(monkeypatch):
+    """Two gemv_stream buckets over one N range (M = 1 and M = 2 at N <= 2560) gave the same compile-case names (the
+    name held only the N range and MROWS): the name carries the bucket's max_m too, then the token rows."""
+    cfgs = json.loads(json.dumps(T._all_configs()))
+    qc = cfgs["cuda"]["quant_matmul"]["buckets"]
+    qc[:] = [b for b in qc if b.get("mma") != "gemv_stream"]
+    qc[:0] = [dict(_gs(1, 1024, ppc=16, w=1), max_m=1, max_n=2560), dict(_gs(4, 1024, pf=True), max_m=2, max_n=2560),
+              dict(_gs(4, 1024), max_m=4, max_n=2560)]
+    monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
+    gs = [c["name"] for c in T.compile_cases("cuda") if c["fn"] is T._qmm_gemv_kernel]
+    assert len(gs) == len(set(gs)) == 4 * (1 + 2 + 4)   # M 1..max_m x even/tail x bf16/fp16, one split
+    assert any(n.startswith("quant_matmul_gemv_stream_m1_n0-2560_r1_") for n in gs)
+    assert any(n.startswith("quant_matmul_gemv_stream_m2_n0-2560_r1_") for n in gs)
+    assert any(n.startswith("quant_matmul_gemv_stream_m2_n0-2560_r2_") for n in gs)
+    assert any(n.startswith("quant_matmul_gemv_stream_m4_n0-2560_r4_") for n in gs)
+
+
+# the "cuda" table's first two buckets (M = 1 and M = 2, N <= 2560) are streaming GEMVs: small analogues of qkv_a / moe_gate
 # through every entry point, K tails, K % 4 != 0 and non-K-major weights (dp4a falls back to int8 loads on the GPU;
 # the interpreter never takes dp4a), bias dtypes, out dtypes; outputs poisoned (the autouse fixture)
 _GEMV_TABLE_CASES = [
-    # K, N, weight layout, bias dtype, out dtype, entry point
-    (1024, 37, "kmajor", torch.float32, torch.float32, "op"),       # K = BLOCK_K: one even step, dp4a-eligible
-    (1368, 24, "kmajor", None, torch.float16, "ds"),                # K tail (1024 + 344), no bias
-    (100, 40, "rowmajor", torch.float16, torch.float32, "kernel"),  # K < BLOCK_K, row-major weight, fp16 bias
-    (1022, 33, "strided", torch.float32, torch.float16, "op"),      # K % 4 != 0, column slice of a wider weight
-    (1030, 20, "kmajor", torch.float32, torch.float32, "ds"),       # K % 4 != 0 on a K-major weight
-    (2050, 17, "rowmajor", None, torch.bfloat16, "kernel"),         # three steps, K % 4 != 0, bf16 out
-    (2048, 16, "kmajor", torch.float16, torch.bfloat16, "ds"),      # two even steps, bf16 out
-    (1, 9, "kmajor", torch.float32, torch.float32, "op"),           # K = 1
+    # M, K, N, weight layout, bias dtype, out dtype, entry point
+    (1, 1024, 37, "kmajor", torch.float32, torch.float32, "op"),       # K = BLOCK_K: one even step, dp4a-eligible
+    (1, 1368, 24, "kmajor", None, torch.float16, "ds"),                # K tail (1024 + 344), no bias
+    (1, 100, 40, "rowmajor", torch.float16, torch.float32, "kernel"),  # K < BLOCK_K, row-major weight, fp16 bias
+    (1, 1022, 33, "strided", torch.float32, torch.float16, "op"),      # K % 4 != 0, column slice of a wider weight
+    (1, 1030, 20, "kmajor", torch.float32, torch.float32, "ds"),       # K % 4 != 0 on a K-major weight
+    (1, 2050, 17, "rowmajor", None, torch.bfloat16, "kernel"),         # three steps, K % 4 != 0, bf16 out
+    (1, 2048, 16, "kmajor", torch.float16, torch.bfloat16, "ds"),      # two even steps, bf16 out
+    (1, 1, 9, "kmajor", torch.float32, torch.float32, "op"),           # K = 1
+    # M = 2 (the second bucket: 4-row tiles, register double buffer of the weight tile)
+    (2, 2048, 38, "kmajor", torch.float32, torch.float32, "ds"),       # two even steps (prefetch re-reads the last), N tail
+    (2, 1368, 24, "kmajor", None, torch.float16, "ds"),                # K tail (1024 + 344), no bias, fp16 out
+    (2, 1022, 33, "kmajor", torch.float16, torch.float32, "ds"),       # K % 4 != 0 on a K-major weight: no dp4a
+    (2, 100, 40, "rowmajor", torch.float32, torch.float16, "ds"),      # K < BLOCK_K, row-major weight
+    (2, 3074, 13, "strided", torch.float32, torch.float32, "op"),      # three steps + tail, K % 4 != 0, strided weight
+    (2, 1024, 9, "rowmajor", None, torch.float32, "kernel"),           # K = BLOCK_K on a row-major weight, no bias
+    (2, 2048, 16, "kmajor", torch.float16, torch.bfloat16, "ds"),      # bf16 out
+    (2, 1, 7, "kmajor", torch.float32, torch.float16, "ds"),           # K = 1
 ]
 
 
 @pytest.mark.parametrize("case", _GEMV_TABLE_CASES,
-                         ids=lambda c: f"K{c[0]}-N{c[1]}-{c[2]}-bias{str(c[3])[6:] if c[3] else 'None'}-{str(c[4])[6:]}-{c[5]}")
-def test_Q1_gemv_stream_table_bucket_m1_bit_identical(case, gen, monkeypatch):
-    """M = 1, N <= max_n on the "cuda" table: the plan is the gemv_stream bucket, the GEMV launcher runs (once), and
-    the result through T.quant_matmul / ops.quant.quant_matmul / torch.ops.ds.quant_matmul is bit-identical to the
-    reference (bf16: RNE or the interpreter's truncation of the fp32 reference); the dp4a layout check says no
-    exactly for K % 4 != 0 and the non-K-major weights."""
-    K, N, layout, bias_dtype, out_dtype, entry = case
+                         ids=lambda c: f"M{c[0]}-K{c[1]}-N{c[2]}-{c[3]}-bias{str(c[4])[6:] if c[4] else 'None'}-{str(c[5])[6:]}-{c[6]}")
+def test_Q1_gemv_stream_table_buckets_m1_m2_bit_identical(case, gen, monkeypatch):
+    """M = 1 and M = 2, N <= max_n on the "cuda" table: the plan is that M's gemv_stream bucket (M = 2: prefetch, 4-row
+    tiles), the GEMV launcher runs (once), and the result through T.quant_matmul / ops.quant.quant_matmul /
+    torch.ops.ds.quant_matmul is bit-identical to the reference (bf16: RNE or the interpreter's truncation of the
+    fp32 reference); outputs start poisoned; the dp4a layout check says no exactly for K % 4 != 0 and the
+    non-K-major weights."""
+    M, K, N, layout, bias_dtype, out_dtype, entry = case
+    want = _gemv_bucket_for(M)
     monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
     calls = []
     launch = T._launch_gemv_stream
     monkeypatch.setattr(T, "_launch_gemv_stream", lambda *a, **kw: calls.append(a[6]) or launch(*a, **kw))
     assert torch.empty(3).isnan().all(), "outputs must start poisoned"
-    p = T.plan_quant_matmul(1, N, K, torch.device("cpu"))
-    assert p["mma"] == "gemv_stream" and p["SPLIT_K"] == 1 and p["BLOCK_K"] == _GEMV_BUCKET["BLOCK_K"], p
-    x, w, ws, xs, b = _qmm_inputs(1, K, N, gen, layout=layout, bias=bias_dtype is not None,
+    p = T.plan_quant_matmul(M, N, K, torch.device("cpu"))
+    assert p["mma"] == "gemv_stream" and p["SPLIT_K"] == 1 and int(p["max_m"]) == M, p
+    assert all(p[k] == want[k] for k in ("BLOCK_N", "BLOCK_K", "num_warps", "programs_per_sm")), p
+    assert bool(p.get("prefetch")) == bool(want.get("prefetch")) == (M == 2), p
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout=layout, bias=bias_dtype is not None,
                                   bias_dtype=bias_dtype or torch.float32)
     assert T._gemv_stream_dp4a_ok(x, w, int(p["BLOCK_K"])) == (K % 4 == 0 and layout == "kmajor")
     fn = {"kernel": T.quant_matmul, "op": ops.quant.quant_matmul, "ds": torch.ops.ds.quant_matmul}[entry]
     out = fn(x, w, ws, xs, bias=b, out_dtype=out_dtype)
-    assert len(calls) == 1 and calls[0]["mma"] == "gemv_stream", calls
+    assert len(calls) == 1 and calls[0]["mma"] == "gemv_stream" and int(calls[0]["max_m"]) == M, calls
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype,
                         R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32))
 
 
-def test_Q1_gemv_stream_table_bucket_m1_extremes_and_n_edge(gen, monkeypatch):
-    """The table's M = 1 GEMV at the int32 extremes (all −127 x 127: 127²·K, K = 4096) and at N = max_n (the last
-    N it takes; every one of the max_n output columns written, none left poisoned): exact."""
+@pytest.mark.parametrize("M", [1, 2])
+def test_Q1_gemv_stream_table_bucket_m1_extremes_and_n_edge(M, gen, monkeypatch):
+    """The table's M = 1 and M = 2 GEMVs at the int32 extremes (all −127 x 127: 127²·K, K = 4096) and at N = max_n
+    (the last N they take; every one of the M x max_n outputs written, none left poisoned): exact."""
     monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
     K = 4096
-    x = torch.full((1, K), -127, dtype=torch.int8)
+    x = torch.full((M, K), -127, dtype=torch.int8)
     w = R.pack_weight(torch.full((K, 8), 127, dtype=torch.int8), "cuda")
-    assert T.plan_quant_matmul(1, 8, K, torch.device("cpu"))["mma"] == "gemv_stream"
-    out = T.quant_matmul(x, w, torch.ones(8), torch.ones(1), out_dtype=torch.float32)
-    assert torch.equal(out, torch.full((1, 8), -127.0 * 127.0 * K))
+    assert T.plan_quant_matmul(M, 8, K, torch.device("cpu"))["max_m"] == M
+    assert T.plan_quant_matmul(M, 8, K, torch.device("cpu"))["mma"] == "gemv_stream"
+    out = T.quant_matmul(x, w, torch.ones(8), torch.ones(M), out_dtype=torch.float32)
+    assert torch.equal(out, torch.full((M, 8), -127.0 * 127.0 * K))
     K, N = 520, _MAX_N
-    assert T.plan_quant_matmul(1, N, K, torch.device("cpu"))["mma"] == "gemv_stream"
-    x, w, ws, xs, b = _qmm_inputs(1, K, N, gen, bias=True)
+    assert T.plan_quant_matmul(M, N, K, torch.device("cpu"))["mma"] == "gemv_stream"
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
     out = T.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
 
 
 @_gpu
 def test_gpu_gemv_stream_table_bucket_m1_decode_shapes():
-    """(GPU) qkv_a (K7168 N2112) and moe_gate (K7168 N2048) at M = 1 through the table: the gemv_stream plan with
-    dp4a taken (K-major weight); without bias fp32 out bit-identical to the CPU reference and bf16 out to its RNE
-    cast (two fp32 multiplies, one cast); a row-major weight (dp4a off) gives the same bits; with bias (an FMA may
-    contract the epilogue) within the bf16 tolerance."""
+    """(GPU) qkv_a (K7168 N2112) and moe_gate (K7168 N2048) at M = 1 and M = 2 through the table: that M's gemv_stream
+    plan (M = 2: prefetch) with dp4a taken (K-major weight); without bias fp32 out bit-identical to the CPU reference
+    and bf16 out to its RNE cast (two fp32 multiplies, one cast); a row-major weight (dp4a off) gives the same bits;
+    with bias (an FMA may contract the epilogue) within the bf16 tolerance."""
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(21)
-    for K, N in ((7168, 2112), (7168, 2048)):
-        p = T.plan_quant_matmul(1, N, K, dev)
-        assert p["mma"] == "gemv_stream" and p["dp4a"] and p["SPLIT_K"] == 1, p
-        x, w, ws, xs, b = _qmm_inputs(1, K, N, g, bias=True)
+    for M, K, N in ((1, 7168, 2112), (1, 7168, 2048), (2, 7168, 2112), (2, 7168, 2048)):
+        p = T.plan_quant_matmul(M, N, K, dev)
+        assert p["mma"] == "gemv_stream" and p["dp4a"] and p["SPLIT_K"] == 1 and int(p["max_m"]) == M, p
+        assert bool(p.get("prefetch")) == (M == 2), p
+        x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
         ref32 = R.quant_matmul(x, w, ws, xs, out_dtype=torch.float32)
         xd, wd, wsd, xsd, bd = (t.to(dev) for t in (x, w, ws, xs, b))
         assert T._gemv_stream_dp4a_ok(xd, wd, int(p["BLOCK_K"]))
         o32 = T.quant_matmul(xd, wd, wsd, xsd, out_dtype=torch.float32)
-        assert torch.equal(o32.cpu(), ref32), (K, N)
-        assert torch.equal(T.quant_matmul(xd, wd, wsd, xsd).cpu(), ref32.to(torch.bfloat16)), (K, N)
+        assert torch.equal(o32.cpu(), ref32), (M, K, N)
+        assert torch.equal(T.quant_matmul(xd, wd, wsd, xsd).cpu(), ref32.to(torch.bfloat16)), (M, K, N)
         wr = wd.contiguous()
         assert not T._gemv_stream_dp4a_ok(xd, wr, int(p["BLOCK_K"]))
-        assert torch.equal(T.quant_matmul(xd, wr, wsd, xsd, out_dtype=torch.float32).cpu(), ref32), (K, N)
+        assert torch.equal(T.quant_matmul(xd, wr, wsd, xsd, out_dtype=torch.float32).cpu(), ref32), (M, K, N)
         assert_close(T.quant_matmul(xd, wd, wsd, xsd, bias=bd).cpu(), R.quant_matmul(x, w, ws, xs, bias=b), "bf16")
 
 

@@ -519,8 +519,7 @@ def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, c
               M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n, n_tiles,
               W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
               EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              GROUP_M: tl.constexpr, REDUCE: tl.constexpr, MASK_M: tl.constexpr, MMA: tl.constexpr,
-              RED_UNROLL: tl.constexpr):
+              GROUP_M: tl.constexpr, REDUCE: tl.constexpr, MASK_M: tl.constexpr, MMA: tl.constexpr):
     """One work item of :func:`_qmm_kernel` (inlined): item = split · n_tiles + tile."""
     split = item // n_tiles
     tile = item % n_tiles
@@ -560,15 +559,7 @@ def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, c
             b_ptrs = w_ptr + (rn[:, None] + (k_start + rk).to(tl.int64)[None, :] * stride_wk)
         else:
             b_ptrs = w_ptr + (rn.to(tl.int64)[:, None] * stride_wn + (k_start + rk).to(tl.int64)[None, :] * stride_wk)
-        if MMA == 1:
-            acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32)
-        else:  # GEMV, one token row: per-lane int32 sums, reduced over K once after the loop
-            tl.static_assert(BLOCK_M == 1, "MMA == 2 (GEMV) takes one token row per program")
-            tl.static_assert(BLOCK_K % 16 == 0, "MMA == 2 (GEMV) sums K in groups of 16")
-            acc2 = tl.zeros((BLOCK_N, BLOCK_K // 16), dtype=tl.int32)
-            # the x row as a row-broadcast [BLOCK_N, BLOCK_K] pointer tile: it gets the weight tile's
-            # register layout (same-address lanes are one request), no shared-memory conversion per step
-            a_ptrs = a_ptrs + tl.zeros((BLOCK_N, 1), dtype=tl.int64)
+        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32)
     k_len = tl.minimum(K - k_start, K_PER_SPLIT)
     for k in range(0, k_len, BLOCK_K):
         if EVEN_K:
@@ -603,11 +594,8 @@ def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, c
                     b = tl.load(b_ptrs, mask=nmask[:, None] & kmask[None, :], other=0)
         if MMA == 0:
             acc = tl.dot(a, b, acc, out_dtype=tl.int32)
-        elif MMA == 1:
-            acc_t = tl.dot(b, tl.trans(a), acc_t, out_dtype=tl.int32)
         else:
-            # 16 consecutive K products summed in-thread (16-byte vectors): 1 int32 per 16 loaded bytes
-            acc2 += tl.sum(tl.reshape(b.to(tl.int32) * a.to(tl.int32), (BLOCK_N, BLOCK_K // 16, 16)), axis=2)
+            acc_t = tl.dot(b, tl.trans(a), acc_t, out_dtype=tl.int32)
         a_ptrs += BLOCK_K
         if W_LAYOUT == 0:
             b_ptrs += BLOCK_K
@@ -615,8 +603,6 @@ def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, c
             b_ptrs += BLOCK_K * stride_wk
     if MMA == 1:
         acc = tl.trans(acc_t)
-    elif MMA == 2:
-        acc = tl.sum(acc2, axis=1)[None, :]
     omask = mmask[:, None] & nmask[None, :]
     if not PARTIALS:
         _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS)
@@ -628,20 +614,10 @@ def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, c
             arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
             if arrived == SPLIT_K - 1:
                 pq = part_ptr + om.to(tl.int64)[:, None] * N + on[None, :]
-                if RED_UNROLL == 1:
-                    for s2 in range(0, SPLIT_K):
-                        if s2 != split:
-                            acc += tl.load(pq, mask=omask, other=0, cache_modifier=".cg")
-                        pq += M * N
-                else:  # RED_UNROLL partials in flight at once (a lone tile load per step is latency-bound)
-                    for s0 in range(0, SPLIT_K, RED_UNROLL):
-                        psum = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-                        for u in tl.static_range(RED_UNROLL):
-                            s2 = s0 + u   # past the last split: a clamped slot, counted 0 times
-                            use = ((s2 != split) & (s2 < SPLIT_K)).to(tl.int32)
-                            s2c = tl.minimum(s2, SPLIT_K - 1).to(tl.int64)
-                            psum += tl.load(pq + s2c * M * N, mask=omask, other=0, cache_modifier=".cg") * use
-                        acc += psum
+                for s2 in range(0, SPLIT_K):
+                    if s2 != split:
+                        acc += tl.load(pq, mask=omask, other=0, cache_modifier=".cg")
+                    pq += M * N
                 _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS)
                 tl.atomic_xchg(cnt_ptr + tile, 0)
 
@@ -653,7 +629,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
                 W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                 GROUP_M: tl.constexpr, REDUCE: tl.constexpr = False, MASK_M: tl.constexpr = False,
-                MMA: tl.constexpr = 0, RED_UNROLL: tl.constexpr = 1, DYNAMIC: tl.constexpr = False):
+                MMA: tl.constexpr = 0):
     """One work item = (split, BLOCK_M × BLOCK_N output tile). PARTIALS False (SPLIT_K == 1): fused fp32
     epilogue; True: int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel. SPLIT_K is a
     runtime value so the split choice does not multiply compilations.
@@ -668,49 +644,25 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
     int32 counter ``cnt[tile]`` (acq_rel, after a CTA barrier); the item that sees SPLIT_K − 1 adds the other
     splits' partials (read through L2) to its own, applies the fp32 epilogue, stores ``out`` and resets the
     counter to 0, so ``cnt`` must start zeroed and stays zeroed. int32 addition is exact, so the result does
-    not depend on the arrival order (deterministic, bit-identical to the two-kernel path). RED_UNROLL (bucket key
-    ``reduce_unroll``, default 1): that item loads the other partials RED_UNROLL at a time (independent loads in
-    flight) instead of one tile per step.
-
-    DYNAMIC (bucket key ``dynamic`` = programs per SM, CUDA): a persistent grid of that many programs per SM takes
-    work items from an int32 counter ``cnt[n_tiles]`` (relaxed atomic; the first item is the program id) instead
-    of the static ``pid + k · grid`` walk, so programs that stream faster take more items; ``cnt[n_tiles + 1]``
-    counts finished programs and the last one resets both to 0 (no memset per call, CUDA-graph safe).
+    not depend on the arrival order (deterministic, bit-identical to the two-kernel path).
 
     MMA (bucket key ``mma``; CUDA decode variants, 0 everywhere else): 0 ("dot") = ``tl.dot(x[BM, BK], w[BK, BN])``.
     1 ("swap", swap-AB) = the weight tile is loaded as wT[BLOCK_N, BLOCK_K] and ``accT[BN, BM] = tl.dot(wT,
     trans(x))``, so the weight's N fills the MMA's M slot (wgmma needs 64 rows) and the tokens its N slot; both
     operands stay K-major (int8 wgmma needs that) and the int32 tile is transposed back before the epilogue.
-    2 ("gemv") = no tensor cores (for M = 1): the int32 products of the x row and wT[BLOCK_N, BLOCK_K] summed
-    over K on the CUDA cores, 16 consecutive K in-thread per step into a [BLOCK_N, BLOCK_K / 16] accumulator
-    (BLOCK_M must be 1: one token row per program), so tiles as narrow as BLOCK_N = 2 and many CTAs per SM.
-    All three add exact int32 products: bit-identical results."""
+    Both add exact int32 products: bit-identical results. (The CUDA-core decode GEMV is a kernel of its own,
+    :func:`_qmm_gemv_kernel`; round 5's ``mma: "gemv"`` mode, the persistent ``dynamic`` grid and the
+    ``reduce_unroll`` reduction lost in every H200 sweep and are gone.)"""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     n_tiles = num_pid_m * num_pid_n
-    if DYNAMIC:
-        # persistent programs fetch work items from an int32 counter (cnt[n_tiles]); the first item is the
-        # program id, so only the items past the grid cost an atomic. Every program makes exactly one fetch
-        # past the end; the program that finishes last (cnt[n_tiles + 1]) resets both counters to 0.
-        item = pid
-        while item < n_tiles * SPLIT_K:
-            _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
-                      M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n,
-                      n_tiles, W_LAYOUT, WRAP, PARTIALS, HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, REDUCE,
-                      MASK_M, MMA, RED_UNROLL)
-            item = nprog + tl.atomic_add(cnt_ptr + n_tiles, 1, sem="relaxed")
-        done = tl.atomic_add(cnt_ptr + n_tiles + 1, 1, sem="acq_rel")
-        if done == nprog - 1:
-            tl.atomic_xchg(cnt_ptr + n_tiles, 0)
-            tl.atomic_xchg(cnt_ptr + n_tiles + 1, 0)
-    else:
-        for item in range(pid, n_tiles * SPLIT_K, nprog):
-            _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
-                      M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n,
-                      n_tiles, W_LAYOUT, WRAP, PARTIALS, HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, REDUCE,
-                      MASK_M, MMA, RED_UNROLL)
+    for item in range(pid, n_tiles * SPLIT_K, nprog):
+        _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
+                  M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n,
+                  n_tiles, W_LAYOUT, WRAP, PARTIALS, HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, REDUCE,
+                  MASK_M, MMA)
 
 
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
@@ -905,10 +857,27 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
                     tl.atomic_xchg(cnt_ptr + tile, 0)
 
 
-_MMA_MODES = {"dot": 0, "swap": 1, "gemv": 2}  # bucket key "mma" -> _qmm_kernel's MMA constexpr
+_MMA_MODES = {"dot": 0, "swap": 1}  # bucket key "mma" -> _qmm_kernel's MMA constexpr
 # "gemv_stream" is not an MMA constexpr of _qmm_kernel: it launches _qmm_gemv_kernel (M <= 4)
 _GEMV_STREAM = "gemv_stream"
 _GEMV_MAX_M = 4
+# quant_matmul switches that lost in every H200 sweep (docs/perf/quant_sweep5.md, quant_sweep6.md) and were removed:
+# a config naming one is an error, not silently a different kernel
+_REMOVED_KEYS = {
+    "dynamic": "the persistent work-fetching grid was 2-3x slower (docs/perf/quant_sweep5.md)",
+    "reduce_unroll": "the unrolled split-K reduction never won (docs/perf/quant_sweep5.md, quant_sweep6.md)",
+}
+_REMOVED_MMA = {"gemv": "round 5's GEMV mode is superseded by mma 'gemv_stream' (docs/perf/quant_sweep7.md)"}
+
+
+def _check_removed(b: dict) -> None:
+    """Raise ValueError for a quant_matmul bucket / config that names a removed switch."""
+    for k, why in _REMOVED_KEYS.items():
+        if k in b:
+            raise ValueError(f"config key {k!r} was removed from quant_matmul: {why}")
+    mma = b.get("mma", "dot")
+    if mma in _REMOVED_MMA:
+        raise ValueError(f"config mma {mma!r} was removed from quant_matmul: {_REMOVED_MMA[mma]}")
 
 _COUNTERS: dict = {}
 _CNT_REGION = 1024   # counters per stream region (≥ the tiles of any split-K launch; more → a fresh buffer)
@@ -1011,6 +980,7 @@ def _make_qmm_plan(M: int, N: int, K: int, key: str, config: dict | None, device
                    target: int | None = None) -> dict:
     cfg = _all_configs()[key]["quant_matmul"]
     b = dict(config) if config is not None else dict(_bucket(M, cfg, N, K))
+    _check_removed(b)
     sk, k_per = _choose_split(M, N, K, b, cfg, device, target)
     b.update(SPLIT_K=sk, K_PER_SPLIT=k_per)
     return b
@@ -1069,16 +1039,8 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
         return _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, plan, cfg, dev)
     if mma not in _MMA_MODES:
         raise ValueError(f"config mma must be one of {sorted(_MMA_MODES) + [_GEMV_STREAM]}, got {mma!r}")
-    if mma == "gemv" and (bm != 1 or bk % 16):
-        raise ValueError(f"config mma 'gemv' takes one token row per program and sums K in groups of 16: "
-                         f"BLOCK_M must be 1 and BLOCK_K a multiple of 16, got {bm} and {bk}")
     tiles = _cdiv(M, bm) * _cdiv(N, bn)
-    dyn = int(plan.get("dynamic", 0))   # persistent programs per SM fetching work items (0: one per item)
-    if dyn > 0:
-        sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device()) if dev.type == "cuda" else 20
-        grid = _grid(tiles * sk, sms * dyn)
-    else:
-        grid = _grid(tiles * sk, int(cfg.get("grid_cap", 0)))
+    grid = _grid(tiles * sk, int(cfg.get("grid_cap", 0)))
     has_bias = bias is not None
     bias_arg = bias if has_bias else weight_scale
     if x_int8.stride(1) != 1 and K > 1:
@@ -1091,7 +1053,7 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
         w_layout = 2
     part = torch.empty((sk, M, N), dtype=torch.int32, device=dev) if sk > 1 else out
     reduce = sk > 1 and plan.get("reduce", "kernel") == "atomic"
-    cnt = _counters(dev, tiles + 2) if dyn > 0 else (_counters(dev, tiles) if reduce else part)
+    cnt = _counters(dev, tiles) if reduce else part
     launch = dict(num_warps=int(plan["num_warps"]))
     if dev.type == "cuda":
         launch["num_stages"] = int(plan["num_stages"])
@@ -1101,8 +1063,7 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
                          W_LAYOUT=w_layout, WRAP=bool(cfg.get("wrap", False)), PARTIALS=sk > 1, HAS_BIAS=has_bias,
                          EVEN_K=(K % bk == 0),
                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), REDUCE=reduce,
-                         MASK_M=bool(plan.get("mask_m", False)), MMA=_MMA_MODES[mma],
-                         RED_UNROLL=int(plan.get("reduce_unroll", 1)) if reduce else 1, DYNAMIC=dyn > 0, **launch)
+                         MASK_M=bool(plan.get("mask_m", False)), MMA=_MMA_MODES[mma], **launch)
     if sk > 1 and not reduce:
         e = cfg["epilogue"]
         ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
@@ -1198,8 +1159,10 @@ def _gemv_stream_cases(b: dict, table: str) -> list[dict]:
                               BLOCK_KU=int(b["BLOCK_K"]) // u, PARTIALS=partials,
                               REDUCE=partials and b.get("reduce", "kernel") == "atomic", DP4A=dp4a,
                               PREFETCH=bool(b.get("prefetch", False)))
-                    nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}"
-                    cases.append(dict(name=f"quant_matmul_gemv_stream_m{mrows}{nb}_{'splitk' if partials else 'fused'}_"
+                    # the bucket's max_m and N range name it (two buckets over one N range differ in max_m), then
+                    # the token rows MROWS this case compiles for
+                    nb = f"_m{b['max_m']}_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}_r{mrows}"
+                    cases.append(dict(name=f"quant_matmul_gemv_stream{nb}_{'splitk' if partials else 'fused'}_"
                                            f"{'even' if even else 'tail'}_{out[1:]}",
                                       fn=_qmm_gemv_kernel, signature=sig, constexprs=ce,
                                       num_warps=int(b["num_warps"]), num_stages=int(b.get("num_stages", 1))))
@@ -1263,23 +1226,20 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                 for out in ("*bf16", "*fp16"):
                     sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
                            "out_ptr": out, "part_ptr": "*i32" if partials else out,
-                           "cnt_ptr": "*i32" if partials or int(b.get("dynamic", 0)) > 0 else out,
+                           "cnt_ptr": "*i32" if partials else out,
                            "M": "i32", "N": "i32", "K": "i32",
                            "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
                            "stride_wk": "i32", "stride_wn": "i32", "stride_om": "i32", "W_LAYOUT": "constexpr",
                            "WRAP": "constexpr", "PARTIALS": "constexpr",
                            "HAS_BIAS": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr",
                            "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-                           "REDUCE": "constexpr", "MASK_M": "constexpr", "MMA": "constexpr",
-                           "RED_UNROLL": "constexpr", "DYNAMIC": "constexpr"}
+                           "REDUCE": "constexpr", "MASK_M": "constexpr", "MMA": "constexpr"}
                     # the layout pack_weight produces for this backend: ND row-major on Ascend, K-major on CUDA
                     ce = dict(W_LAYOUT=1 if table == "ascend" else 0, WRAP=bool(q.get("wrap", False)),
                               PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]),
                               REDUCE=partials and b.get("reduce", "kernel") == "atomic",
-                              MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")],
-                              RED_UNROLL=int(b.get("reduce_unroll", 1)) if partials and b.get("reduce", "kernel") == "atomic" else 1,
-                              DYNAMIC=int(b.get("dynamic", 0)) > 0)
+                              MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")])
                     tag = "splitk" if partials else "fused"
                     nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}" if "min_n" in b or "max_n" in b else ""
                     if "min_k" in b or "max_k" in b:

@@ -289,7 +289,7 @@ def check_decode_buckets(dev, Ms, gen):
     bucket edges (65 / 100: a partial 128-row tile, rows past M masked): bf16 and fp32 out without bias bit-identical
     to the exact reference (the epilogue is two fp32 multiplies and one cast, nothing to contract), with bias within
     the bf16 tolerance (fp32 out and bias at M 1 and 100 only). Then the swap-AB path (``mma: "swap"``) with split-K
-    (atomic, unrolled reduction, two-kernel) and a GROUP_M 2 split-K tile (the sweep checks its own candidates), and
+    (atomic with 14 splits, two-kernel) and a GROUP_M 2 split-K tile (the sweep checks its own candidates), and
     the table's plan for q_b at M 65..128. --quick: M ∈ DECODE_MS_QUICK."""
     log("\n## quant_matmul decode buckets (the cuda table) and the swap-AB path")
     smoke = dev.type != "cuda"   # --smoke: the "cuda" table under the interpreter on small analogues (code check)
@@ -338,7 +338,7 @@ def check_decode_buckets(dev, Ms, gen):
         cases = [
             (16, 7168, 2112, dict(sw, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=6, split_k=4, reduce="atomic")),
             (9, 7168, 2112, dict(sw, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=6, split_k=14,
-                                 reduce="atomic", reduce_unroll=4)),
+                                 reduce="atomic")),
             (40, 1536, 3072, dict(sw, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=4, split_k=3, reduce="kernel")),
             (128, 7168, 2112, dict(sw, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=4, split_k="auto",
                                    reduce="atomic")),
@@ -369,25 +369,30 @@ def check_decode_buckets(dev, Ms, gen):
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
-# M = 1 decode GEMMs with N <= 2560 take the "cuda" table's first bucket, the streaming GEMV (mma "gemv_stream",
-# _qmm_gemv_kernel, dp4a on a K-major weight): 6.03 us for qkv_a on the H200 (perf/bench_quant_gating.py m1_gemv)
+# M = 1 and M = 2 decode GEMMs with N <= 2560 take the "cuda" table's first two buckets, streaming GEMVs (mma
+# "gemv_stream", _qmm_gemv_kernel, dp4a on a K-major weight): M = 1 6.03 us for qkv_a on the H200 (sweep 7, m1_gemv);
+# M = 2 4-row tiles, 4 warps, 4 programs per SM with the register double buffer (prefetch): 6.71 vs 8.38 us (sweep 8)
 GEMV_SHAPES = [("qkv_a", 7168, 2112), ("moe_gate", 7168, 2048)]
 GEMV_SHAPES_SMOKE = [("qkv_a_like", 2052, 48), ("moe_gate_like", 1030, 40)]   # K tail; K % 4 != 0 (no dp4a)
+GEMV_MS = (1, 2)   # the M each gemv_stream bucket of the table serves (buckets[0]: M = 1, buckets[1]: M = 2)
 
 
 def check_gemv_decode(dev, Ms, gen):
-    """The table's M = 1 route for N <= 2560: the plan is the first "cuda" bucket (gemv_stream, one split, dp4a),
-    M 2..16 keep the mask_m BN16 tile, N = 2561 leaves both; the launcher runs _qmm_gemv_kernel once per call;
-    fp32 and bf16 out without bias bit-identical to the reference (3 runs), K-major (dp4a where K % 4 == 0) and
-    row-major (int8 loads) weights alike; with bias within the bf16 tolerance."""
-    log("\n## quant_matmul M = 1 streaming GEMV (the cuda table's first bucket)")
+    """The table's M = 1 and M = 2 routes for N <= 2560: the plan is the first / second "cuda" bucket (gemv_stream,
+    one split, dp4a; M = 2 with prefetch), M 3..16 keep the mask_m BN16 tile, N = 2561 leaves all of them; the
+    launcher runs _qmm_gemv_kernel once per call with that M's bucket; fp32 and bf16 out without bias bit-identical
+    to the reference (3 runs), K-major (dp4a where K % 4 == 0) and row-major (int8 loads) weights alike; with bias
+    within the bf16 tolerance."""
+    log("\n## quant_matmul M = 1 / M = 2 streaming GEMV (the cuda table's first two buckets)")
     smoke = dev.type != "cuda"
     od0 = torch.float16 if smoke else torch.bfloat16   # the interpreter truncates fp32 -> bf16 (the reference rounds)
     cfg = TQ._all_configs()["cuda"]["quant_matmul"]
-    first = cfg["buckets"][0]
-    check("cuda table: first quant_matmul bucket is gemv_stream for M = 1, dp4a, one split",
-          first.get("mma") == "gemv_stream" and int(first["max_m"]) == 1 and first.get("dp4a") is True
-          and first.get("split_k") == 1, str(first))
+    gbs = {M: cfg["buckets"][i] for i, M in enumerate(GEMV_MS)}
+    for M, b in gbs.items():
+        check(f"cuda table: quant_matmul bucket {M - 1} is gemv_stream for M = {M}, dp4a, one split"
+              f"{', prefetch' if M == 2 else ''}",
+              b.get("mma") == "gemv_stream" and int(b["max_m"]) == M and b.get("dp4a") is True
+              and b.get("split_k") == 1 and bool(b.get("prefetch")) == (M == 2), str(b))
     calls = []
     launch = TQ._launch_gemv_stream
     TQ._launch_gemv_stream = lambda *a, **kw: calls.append(a[6]) or launch(*a, **kw)
@@ -395,45 +400,52 @@ def check_gemv_decode(dev, Ms, gen):
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         for name, K, N in (GEMV_SHAPES_SMOKE if smoke else GEMV_SHAPES):
-            p = TQ.plan_quant_matmul(1, N, K, dev, backend_key="cuda")
-            ok = (TQ._bucket(1, cfg, N, K) is first and p.get("mma") == "gemv_stream" and p.get("dp4a") is True
-                  and p["SPLIT_K"] == 1 and (p["BLOCK_N"], p["BLOCK_K"]) == (first["BLOCK_N"], first["BLOCK_K"]))
-            check(f"{name} K={K} N={N} M=1 plan: gemv_stream {p['BLOCK_N']}x{p['BLOCK_K']} split {p['SPLIT_K']}", ok,
-                  str({k: p.get(k) for k in ("BLOCK_N", "BLOCK_K", "num_warps", "programs_per_sm", "dp4a", "mma")}))
             bad = []
-            for M in (2, 16):
+            for M in (3, 4, 16):
                 q = TQ.plan_quant_matmul(M, N, K, dev, backend_key="cuda")
                 if not (q.get("mask_m") and q.get("mma", "dot") == "dot"
                         and (q["BLOCK_M"], q["BLOCK_N"], q["SPLIT_K"]) == (16, 16, 1)):
                     bad.append(f"M={M}: {q['BLOCK_M']}x{q['BLOCK_N']} split {q['SPLIT_K']} mma {q.get('mma')}")
-            q = TQ.plan_quant_matmul(1, 2561, K, dev, backend_key="cuda")
-            if q.get("mma") == "gemv_stream" or q.get("mask_m"):
-                bad.append(f"N=2561 M=1: {q.get('mma')} mask_m {q.get('mask_m')}")
-            check(f"{name} M 2/16 plan: mask_m 16x16 one split; N 2561: neither", not bad, "; ".join(bad))
+            for M in GEMV_MS:
+                q = TQ.plan_quant_matmul(M, 2561, K, dev, backend_key="cuda")
+                if q.get("mma") == "gemv_stream" or q.get("mask_m"):
+                    bad.append(f"N=2561 M={M}: {q.get('mma')} mask_m {q.get('mask_m')}")
+            check(f"{name} M 3/4/16 plan: mask_m 16x16 one split; N 2561 at M 1/2: neither", not bad, "; ".join(bad))
             w = torch.randint(-127, 128, (K, N), generator=gen, device=dev, dtype=torch.int8)
             ws = (0.5 + torch.rand(N, generator=gen, device=dev)) / (127.0 * K ** 0.5)
             bias = torch.randn(N, generator=gen, device=dev)
-            x = torch.randint(-127, 128, (1, K), generator=gen, device=dev, dtype=torch.int8)
-            xs = (0.5 + torch.rand(1, generator=gen, device=dev)) / 127.0
-            for lay, ww in (("kmajor", RQ.pack_weight(w, "cuda")), ("rowmajor", w)):
-                dp4a = TQ._gemv_stream_dp4a_ok(x, ww, int(p["BLOCK_K"]))
-                want_dp4a = lay == "kmajor" and K % 4 == 0
-                msgs = [] if dp4a == want_dp4a else [f"dp4a layout check {dp4a}, want {want_dp4a}"]
-                calls.clear()
-                for od in (od0, torch.float32):
-                    ref = RQ.quant_matmul(x, w, ws, xs, out_dtype=od)
-                    for _ in range(3):
-                        out = TQ.quant_matmul_config(x, ww, ws, xs, out_dtype=od, backend_key="cuda")
-                        if not torch.equal(out, ref):
-                            msgs.append(f"{str(od)[6:]} not bit-identical")
-                ok, det = bf16_close(TQ.quant_matmul_config(x, ww, ws, xs, bias=bias, out_dtype=od0, backend_key="cuda"),
-                                     RQ.quant_matmul(x, w, ws, xs, bias=bias, out_dtype=od0))
-                if not ok:
-                    msgs.append(f"bias: {det}")
-                if len(calls) != 7 or any(c.get("mma") != "gemv_stream" for c in calls):
-                    msgs.append(f"{len(calls)} gemv_stream launches of 7 calls")
-                check(f"quant_matmul {name} K={K} N={N} M=1 {lay} gemv_stream (dp4a {'on' if dp4a and not smoke else 'off'})"
-                      f" exact, 3 runs", not msgs, "; ".join(dict.fromkeys(msgs)) or det)
+            for M, b in gbs.items():
+                p = TQ.plan_quant_matmul(M, N, K, dev, backend_key="cuda")
+                keys = ("max_m", "BLOCK_N", "BLOCK_K", "num_warps", "programs_per_sm", "dp4a", "prefetch")
+                ok = (TQ._bucket(M, cfg, N, K) is b and p.get("mma") == "gemv_stream" and p["SPLIT_K"] == 1
+                      and all(p.get(k) == b.get(k) for k in keys))
+                check(f"{name} K={K} N={N} M={M} plan: gemv_stream {p['BLOCK_N']}x{p['BLOCK_K']} split {p['SPLIT_K']}"
+                      f"{' prefetch' if p.get('prefetch') else ''}", ok, str({k: p.get(k) for k in keys + ("mma",)}))
+                x = torch.randint(-127, 128, (M, K), generator=gen, device=dev, dtype=torch.int8)
+                xs = (0.5 + torch.rand(M, generator=gen, device=dev)) / 127.0
+                for lay, ww in (("kmajor", RQ.pack_weight(w, "cuda")), ("rowmajor", w)):
+                    dp4a = TQ._gemv_stream_dp4a_ok(x, ww, int(p["BLOCK_K"]))
+                    want_dp4a = lay == "kmajor" and K % 4 == 0
+                    msgs = [] if dp4a == want_dp4a else [f"dp4a layout check {dp4a}, want {want_dp4a}"]
+                    det = ""
+                    calls.clear()
+                    for od in (od0, torch.float32):
+                        ref = RQ.quant_matmul(x, w, ws, xs, out_dtype=od)
+                        for _ in range(3):
+                            out = TQ.quant_matmul_config(x, ww, ws, xs, out_dtype=od, backend_key="cuda")
+                            if not torch.equal(out, ref):
+                                msgs.append(f"{str(od)[6:]} not bit-identical")
+                    ok, det = bf16_close(TQ.quant_matmul_config(x, ww, ws, xs, bias=bias, out_dtype=od0,
+                                                                backend_key="cuda"),
+                                         RQ.quant_matmul(x, w, ws, xs, bias=bias, out_dtype=od0))
+                    if not ok:
+                        msgs.append(f"bias: {det}")
+                    if len(calls) != 7 or any(c.get("mma") != "gemv_stream" or int(c.get("max_m", 0)) != M
+                                              for c in calls):
+                        msgs.append(f"{len(calls)} gemv_stream launches of 7 calls (bucket max_m {M} each)")
+                    check(f"quant_matmul {name} K={K} N={N} M={M} {lay} gemv_stream (dp4a "
+                          f"{'on' if dp4a and not smoke else 'off'}) exact, 3 runs", not msgs,
+                          "; ".join(dict.fromkeys(msgs)) or det)
     finally:
         TQ._launch_gemv_stream = launch
         torch.backends.cuda.matmul.allow_tf32 = tf32

@@ -40,14 +40,14 @@ def ctas_per_sm(smem: int, regs: int | None, warps: int) -> int | None:
     return min(228 * 1024 // (smem + 1024), 65536 // (per_warp * warps), 64 // warps, 32)
 
 
-def compile_case(BM, BN, BK, W, S, mma=0, partials=False, ru=1, mask_m=True, dyn=False):
+def compile_case(BM, BN, BK, W, S, mma=0, partials=False, mask_m=True):
     fn = T._qmm_kernel
     sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
-           "out_ptr": "*bf16", "part_ptr": "*i32" if partials else "*bf16", "cnt_ptr": "*i32" if partials or dyn else "*bf16",
+           "out_ptr": "*bf16", "part_ptr": "*i32" if partials else "*bf16", "cnt_ptr": "*i32" if partials else "*bf16",
            "M": "i32", "N": "i32", "K": "i32", "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
            "stride_wk": "constexpr", "stride_wn": "i32", "stride_om": "i32"}
     const = dict(stride_wk=1, W_LAYOUT=0, WRAP=True, PARTIALS=partials, HAS_BIAS=False, EVEN_K=True, BLOCK_M=BM,
-                 BLOCK_N=BN, BLOCK_K=BK, GROUP_M=1, REDUCE=partials, MASK_M=mask_m, MMA=mma, RED_UNROLL=ru, DYNAMIC=dyn)
+                 BLOCK_N=BN, BLOCK_K=BK, GROUP_M=1, REDUCE=partials, MASK_M=mask_m, MMA=mma)
     sig.update({k: "constexpr" for k in const})
     names = [p.name for p in fn.params]
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
@@ -132,12 +132,11 @@ def main() -> int:
                     continue
                 mma = T._MMA_MODES[c.get("mma", "dot")]
                 part = p["SPLIT_K"] > 1
-                dyn = int(c.get("dynamic", 0)) > 0
                 key = (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_warps"], c["num_stages"], mma, part,
-                       c.get("reduce_unroll", 1) if part else 1, dyn, bool(c.get("mask_m", False)))
+                       bool(c.get("mask_m", False)))
                 if key not in seen:
                     try:
-                        seen[key] = compile_case(*key[:5], mma=mma, partials=part, ru=key[7], dyn=dyn, mask_m=key[9])
+                        seen[key] = compile_case(*key[:5], mma=mma, partials=part, mask_m=key[7])
                     except Exception as e:  # noqa: BLE001
                         seen[key] = dict(err=f"{type(e).__name__}: {str(e)[:120]}")
                 r = seen[key]

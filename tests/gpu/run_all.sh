@@ -137,6 +137,10 @@ round25)  # session 4, last: the gemv_stream M=1 default on every check, M = 2..
   step check_mla_prolog 100 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
   step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   ;;
+round26)  # session 4: the M = 2 streaming-GEMV bucket and the quant switch removal (dynamic, reduce_unroll, old gemv) on the H200
+  step check_quant_gating 130 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step pytest_quant_gpu 100 python3 -m pytest tests/test_quant_triton.py -q -k gpu
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
