@@ -141,6 +141,9 @@ round26)  # session 4: the M = 2 streaming-GEMV bucket and the quant switch remo
   step check_quant_gating 130 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
   step pytest_quant_gpu 100 python3 -m pytest tests/test_quant_triton.py -q -k gpu
   ;;
+round27)  # session 4: check_mla_prolog again so its table shows the fused T = 1 launch's per-kernel time
+  step check_mla_prolog 100 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
