@@ -277,6 +277,22 @@ def _partial_sum(ws_ptr, row_off, cols, mask, SPLIT_K: tl.constexpr, TCT):
 
 
 @triton.jit
+def _kv_row_loads(ws_ptr, kv_row, cos_ptr, sin_ptr, idx_ptr, tq, kv_c, kv_m, ev_c, j, j_m, Dr2,
+                  s_cos_t, s_cos_d, s_sin_t, s_sin_d, s_idx, SPLIT_K: tl.constexpr, TCT):
+    """Every load of token ``tq``'s kv part, issued together: the split-K sums of ckv and of kr's even / odd
+    columns (workspace row ``kv_row``), cos / sin of both rotate-half halves, and the cache slot."""
+    acc_kv = _partial_sum(ws_ptr, kv_row, kv_c, kv_m, SPLIT_K, TCT)
+    acc_e = _partial_sum(ws_ptr, kv_row, ev_c, j_m, SPLIT_K, TCT)
+    acc_o = _partial_sum(ws_ptr, kv_row, ev_c + 1, j_m, SPLIT_K, TCT)
+    c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+    c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
+    s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+    s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
+    slot = tl.load(idx_ptr + tq * s_idx)
+    return acc_kv, acc_e, acc_o, c_lo, c_hi, s_lo, s_hi, slot
+
+
+@triton.jit
 def _dequant_round(acc, wsc, xs, dt, INT8: tl.constexpr):
     """fp32 value of dt(acc) (A8W8: dt(fp32(acc) · w_scale[col] · x_scale))."""
     if INT8:
@@ -418,14 +434,9 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
         if PARTS == 1:
             # ---- every load first ----
             acc_q = _partial_sum(ws_ptr, row, cq_c, cq_m, SPLIT_K, TCT)
-            acc_kv = _partial_sum(ws_ptr, row + Hcq, kv_c, kv_m, SPLIT_K, TCT)
-            acc_e = _partial_sum(ws_ptr, row + Hcq, ev_c, j_m, SPLIT_K, TCT)
-            acc_o = _partial_sum(ws_ptr, row + Hcq, ev_c + 1, j_m, SPLIT_K, TCT)
-            c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
-            c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
-            s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
-            s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
-            slot = tl.load(idx_ptr + tq * s_idx)
+            acc_kv, acc_e, acc_o, c_lo, c_hi, s_lo, s_hi, slot = _kv_row_loads(
+                ws_ptr, row + Hcq, cos_ptr, sin_ptr, idx_ptr, tq, kv_c, kv_m, ev_c, j, j_m, Dr2,
+                s_cos_t, s_cos_d, s_sin_t, s_sin_d, s_idx, SPLIT_K, TCT)
             _row_cq(acc_q, wsc_q, xs, g_q, sm, cq_c, cq_m, tq, Hcq, eps_cq, cqn_ptr, cqs_ptr, s_cqn, dt,
                     INT8, QUANT_CQ, HAS_SMOOTH, BLOCK_Q, ASCEND)
             _row_kv(acc_kv, acc_e, acc_o, wsc_kv, wsc_e, wsc_o, xs, g_kv, c_lo, c_hi, s_lo, s_hi, slot, kv_c, kv_m,
@@ -438,14 +449,9 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
                 _row_cq(acc_q, wsc_q, xs, g_q, sm, cq_c, cq_m, tq, Hcq, eps_cq, cqn_ptr, cqs_ptr, s_cqn, dt,
                         INT8, QUANT_CQ, HAS_SMOOTH, BLOCK_Q, ASCEND)
             else:
-                acc_kv = _partial_sum(ws_ptr, row + Hcq, kv_c, kv_m, SPLIT_K, TCT)
-                acc_e = _partial_sum(ws_ptr, row + Hcq, ev_c, j_m, SPLIT_K, TCT)
-                acc_o = _partial_sum(ws_ptr, row + Hcq, ev_c + 1, j_m, SPLIT_K, TCT)
-                c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
-                c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
-                s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
-                s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
-                slot = tl.load(idx_ptr + tq * s_idx)
+                acc_kv, acc_e, acc_o, c_lo, c_hi, s_lo, s_hi, slot = _kv_row_loads(
+                    ws_ptr, row + Hcq, cos_ptr, sin_ptr, idx_ptr, tq, kv_c, kv_m, ev_c, j, j_m, Dr2,
+                    s_cos_t, s_cos_d, s_sin_t, s_sin_d, s_idx, SPLIT_K, TCT)
                 _row_kv(acc_kv, acc_e, acc_o, wsc_kv, wsc_e, wsc_o, xs, g_kv, c_lo, c_hi, s_lo, s_hi, slot, kv_c,
                         kv_m, j, j_m, Hckv, Dr2, eps_ckv, num_slots, block_size, kv_ptr, kr_ptr, qsckv_ptr,
                         qsckr_ptr, s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, dt,
@@ -735,14 +741,9 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
                 xs = tl.load(xs_ptr + tq)
             else:
                 xs = 1.0
-            acc_kv = _partial_sum(ws_ptr, row, kv_c, kv_m, SPLIT_K, TCT)
-            acc_e = _partial_sum(ws_ptr, row, ev_c, j_m, SPLIT_K, TCT)
-            acc_o = _partial_sum(ws_ptr, row, ev_c + 1, j_m, SPLIT_K, TCT)
-            c_lo = tl.load(cos_ptr + tq * s_cos_t + j * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
-            c_hi = tl.load(cos_ptr + tq * s_cos_t + (j + Dr2) * s_cos_d, mask=j_m, other=0.0).to(tl.float32)
-            s_lo = tl.load(sin_ptr + tq * s_sin_t + j * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
-            s_hi = tl.load(sin_ptr + tq * s_sin_t + (j + Dr2) * s_sin_d, mask=j_m, other=0.0).to(tl.float32)
-            slot = tl.load(idx_ptr + tq * s_idx)
+            acc_kv, acc_e, acc_o, c_lo, c_hi, s_lo, s_hi, slot = _kv_row_loads(
+                ws_ptr, row, cos_ptr, sin_ptr, idx_ptr, tq, kv_c, kv_m, ev_c, j, j_m, Dr2,
+                s_cos_t, s_cos_d, s_sin_t, s_sin_d, s_idx, SPLIT_K, TCT)
             _row_kv(acc_kv, acc_e, acc_o, wsc_kv, wsc_e, wsc_o, xs, g_kv, c_lo, c_hi, s_lo, s_hi, slot, kv_c, kv_m, j,
                     j_m, Hckv, Dr2, eps_ckv, num_slots, block_size, kv_ptr, kr_ptr, qsckv_ptr, qsckr_ptr,
                     s_kv_b, s_kv_s, s_kv_c, s_kr_b, s_kr_s, s_kr_c, s_qsckv, s_qsckr, dt,
