@@ -421,7 +421,7 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
         sm = tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
     else:
         sm = 1.0
-    for item in range(pid, T * PARTS * (pid < n_row).to(tl.int32), nprog):
+    for item in range(pid, T * PARTS, nprog):
         if PARTS == 1:
             tq = tl.full([], item, tl.int64)
         else:
