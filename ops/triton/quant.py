@@ -1051,9 +1051,7 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
         w_layout = 1
     else:
         w_layout = 2
-    part = torch.empty((sk, M, N), dtype=torch.int32, device=dev) if sk > 1 else out
-    reduce = sk > 1 and plan.get("reduce", "kernel") == "atomic"
-    cnt = _counters(dev, tiles) if reduce else part
+    part, reduce, cnt = _split_k_buffers(plan, sk, tiles, out, dev)
     launch = dict(num_warps=int(plan["num_warps"]))
     if dev.type == "cuda":
         launch["num_stages"] = int(plan["num_stages"])
@@ -1065,13 +1063,31 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), REDUCE=reduce,
                          MASK_M=bool(plan.get("mask_m", False)), MMA=_MMA_MODES[mma], **launch)
     if sk > 1 and not reduce:
-        e = cfg["epilogue"]
-        ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
-        etiles = _cdiv(M, ebm) * _cdiv(N, ebn)
-        _qmm_epilogue_kernel[(_grid(etiles, int(e.get("grid_cap", 0))),)](
-            part, weight_scale, x_scale, bias_arg, out, M, N, sk, out.stride(0),
-            HAS_BIAS=has_bias, BLOCK_M=ebm, BLOCK_N=ebn, num_warps=int(e["num_warps"]))
+        _launch_qmm_epilogue(cfg, part, weight_scale, x_scale, bias_arg, out, sk, has_bias)
     return out
+
+
+def _split_k_buffers(plan: dict, sk: int, tiles: int, out: torch.Tensor, dev: torch.device):
+    """(part, reduce, cnt) of a launch with ``sk`` K splits over ``tiles`` output tiles: the int32 partial sums
+    [sk, M, N] (``out`` itself when unsplit: never read), whether the last-arriving split reduces them ("atomic"),
+    and its tile counters (``part`` as a dummy otherwise)."""
+    M, N = out.shape
+    part = torch.empty((sk, M, N), dtype=torch.int32, device=dev) if sk > 1 else out
+    reduce = sk > 1 and plan.get("reduce", "kernel") == "atomic"
+    cnt = _counters(dev, tiles) if reduce else part
+    return part, reduce, cnt
+
+
+def _launch_qmm_epilogue(cfg: dict, part, weight_scale, x_scale, bias_arg, out, sk: int, has_bias: bool) -> None:
+    """The second kernel of a split-K launch with reduce "kernel": sums the ``sk`` int32 partials in split order
+    and applies the fp32 epilogue (config "epilogue" tile)."""
+    M, N = out.shape
+    e = cfg["epilogue"]
+    ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
+    etiles = _cdiv(M, ebm) * _cdiv(N, ebn)
+    _qmm_epilogue_kernel[(_grid(etiles, int(e.get("grid_cap", 0))),)](
+        part, weight_scale, x_scale, bias_arg, out, M, N, sk, out.stride(0),
+        HAS_BIAS=has_bias, BLOCK_M=ebm, BLOCK_N=ebn, num_warps=int(e["num_warps"]))
 
 
 def _gemv_stream_dp4a_ok(x_int8: torch.Tensor, weight_int8: torch.Tensor, bk: int) -> bool:
@@ -1110,9 +1126,7 @@ def _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, p
     grid = _cdiv(n_items, _cdiv(n_items, grid))   # every program gets work
     has_bias = bias is not None
     bias_arg = bias if has_bias else weight_scale
-    part = torch.empty((sk, M, N), dtype=torch.int32, device=dev) if sk > 1 else out
-    reduce = sk > 1 and plan.get("reduce", "kernel") == "atomic"
-    cnt = _counters(dev, tiles) if reduce else part
+    part, reduce, cnt = _split_k_buffers(plan, sk, tiles, out, dev)
     launch = dict(num_warps=int(plan["num_warps"]))
     if dev.type == "cuda":
         launch["num_stages"] = int(plan.get("num_stages", 1))
@@ -1124,12 +1138,7 @@ def _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, p
                               PARTIALS=sk > 1, REDUCE=reduce, DP4A=dp4a, PREFETCH=bool(plan.get("prefetch", False)),
                               **launch)
     if sk > 1 and not reduce:
-        e = cfg["epilogue"]
-        ebm, ebn = int(e["BLOCK_M"]), int(e["BLOCK_N"])
-        etiles = _cdiv(M, ebm) * _cdiv(N, ebn)
-        _qmm_epilogue_kernel[(_grid(etiles, int(e.get("grid_cap", 0))),)](
-            part, weight_scale, x_scale, bias_arg, out, M, N, sk, out.stride(0),
-            HAS_BIAS=has_bias, BLOCK_M=ebm, BLOCK_N=ebn, num_warps=int(e["num_warps"]))
+        _launch_qmm_epilogue(cfg, part, weight_scale, x_scale, bias_arg, out, sk, has_bias)
     return out
 
 
