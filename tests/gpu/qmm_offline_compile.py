@@ -40,14 +40,9 @@ def ctas_per_sm(smem: int, regs: int | None, warps: int) -> int | None:
     return min(228 * 1024 // (smem + 1024), 65536 // (per_warp * warps), 64 // warps, 32)
 
 
-def compile_case(BM, BN, BK, W, S, mma=0, partials=False, mask_m=True):
-    fn = T._qmm_kernel
-    sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
-           "out_ptr": "*bf16", "part_ptr": "*i32" if partials else "*bf16", "cnt_ptr": "*i32" if partials else "*bf16",
-           "M": "i32", "N": "i32", "K": "i32", "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
-           "stride_wk": "constexpr", "stride_wn": "i32", "stride_om": "i32"}
-    const = dict(stride_wk=1, W_LAYOUT=0, WRAP=True, PARTIALS=partials, HAS_BIAS=False, EVEN_K=True, BLOCK_M=BM,
-                 BLOCK_N=BN, BLOCK_K=BK, GROUP_M=1, REDUCE=partials, MASK_M=mask_m, MMA=mma)
+def _compile_sm90(fn, sig: dict, const: dict, W: int, S: int) -> tuple[str, dict]:
+    """Compile ``fn`` with these constexprs for sm_90a (pointer / int arguments other than M and SPLIT_K marked
+    16-divisible, as the launcher's arguments are) and run ptxas: (PTX, dict(regs, spill, smem, cta))."""
     sig.update({k: "constexpr" for k in const})
     names = [p.name for p in fn.params]
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
@@ -62,8 +57,20 @@ def compile_case(BM, BN, BK, W, S, mma=0, partials=False, mask_m=True):
     m = re.search(r"Used (\d+) registers", r.stderr)
     sp = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
     regs = int(m.group(1)) if m else None
-    return dict(regs=regs if m else r.stderr[-200:], spill=sp.groups() if sp else None,
-                smem=ck.metadata.shared, cta=ctas_per_sm(ck.metadata.shared, regs, W), wgmma=ptx.count("wgmma.mma_async"), mma=ptx.count("mma.sync"),
+    return ptx, dict(regs=regs if m else r.stderr[-200:], spill=sp.groups() if sp else None,
+                     smem=ck.metadata.shared, cta=ctas_per_sm(ck.metadata.shared, regs, W))
+
+
+def compile_case(BM, BN, BK, W, S, mma=0, partials=False, mask_m=True):
+    fn = T._qmm_kernel
+    sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
+           "out_ptr": "*bf16", "part_ptr": "*i32" if partials else "*bf16", "cnt_ptr": "*i32" if partials else "*bf16",
+           "M": "i32", "N": "i32", "K": "i32", "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
+           "stride_wk": "constexpr", "stride_wn": "i32", "stride_om": "i32"}
+    const = dict(stride_wk=1, W_LAYOUT=0, WRAP=True, PARTIALS=partials, HAS_BIAS=False, EVEN_K=True, BLOCK_M=BM,
+                 BLOCK_N=BN, BLOCK_K=BK, GROUP_M=1, REDUCE=partials, MASK_M=mask_m, MMA=mma)
+    ptx, res = _compile_sm90(fn, sig, const, W, S)
+    return dict(res, wgmma=ptx.count("wgmma.mma_async"), mma=ptx.count("mma.sync"),
                 cpasync=ptx.count("cp.async.cg") + ptx.count("cp.async.ca"))
 
 
@@ -77,23 +84,8 @@ def compile_gemv_stream(MR, BN, BKU, W, dp4a, partials=False, even=True, prefetc
            "stride_wk_u": "constexpr", "stride_wn_u": "i32", "stride_om": "i32"}
     const = dict(stride_wk_u=1, MROWS=MR, HAS_BIAS=False, EVEN_K=even, BLOCK_N=BN, BLOCK_KU=BKU, PARTIALS=partials,
                  REDUCE=partials, DP4A=dp4a, PREFETCH=prefetch)
-    sig.update({k: "constexpr" for k in const})
-    names = [p.name for p in fn.params]
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-             if n in sig and sig[n] != "constexpr" and n not in ("M", "SPLIT_K")}
-    ck = triton.compile(triton.compiler.ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 64),
-                        options=dict(num_warps=W, num_stages=1))
-    ptx = ck.asm["ptx"]
-    with tempfile.TemporaryDirectory() as d:
-        open(os.path.join(d, "k.ptx"), "w").write(ptx)
-        r = subprocess.run([PTXAS, "-v", "--gpu-name", "sm_90a", os.path.join(d, "k.ptx"), "-o",
-                            os.path.join(d, "k.cubin")], capture_output=True, text=True)
-    m = re.search(r"Used (\d+) registers", r.stderr)
-    sp = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
-    regs = int(m.group(1)) if m else None
-    return dict(regs=regs if m else r.stderr[-200:], spill=sp.groups() if sp else None, smem=ck.metadata.shared,
-                cta=ctas_per_sm(ck.metadata.shared, regs, W), wgmma=0, mma=ptx.count("dp4a"),
-                cpasync=ptx.count("ld.global.v4"))
+    ptx, res = _compile_sm90(fn, sig, const, W, 1)
+    return dict(res, wgmma=0, mma=ptx.count("dp4a"), cpasync=ptx.count("ld.global.v4"))
 
 
 def main() -> int:
