@@ -1070,6 +1070,26 @@ def test_compile_cases_carry_the_mma_switch(monkeypatch):
     assert all(c["constexprs"]["MMA"] == 0 for c in T.ascend_compile_cases() if c["fn"] is T._qmm_kernel)
 
 
+def _gpu_config_exact_eager_and_graph(M, K, N, cfg, g, dev):
+    """``cfg`` at (M, K, N) on the GPU: fp32 out bit-identical to the CPU reference (no bias: no FMA contraction
+    question), bf16 out with bias bit-identical to the default path, and a CUDA-graph replay (3×) equal to it."""
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
+    ref32 = R.quant_matmul(x, w, ws, xs, out_dtype=torch.float32)
+    x, w, ws, xs, b = (t.to(dev) for t in (x, w, ws, xs, b))
+    o32 = T.quant_matmul_config(x, w, ws, xs, out_dtype=torch.float32, config=cfg)
+    assert torch.equal(o32.cpu(), ref32), (M, K, N, cfg)
+    want = T.quant_matmul(x, w, ws, xs, bias=b)
+    eager = T.quant_matmul_config(x, w, ws, xs, bias=b, config=cfg)
+    assert torch.equal(eager, want), (M, K, N, cfg)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g = T.quant_matmul_config(x, w, ws, xs, bias=b, config=cfg)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, want), (M, K, N, cfg)
+
+
 @_gpu
 def test_gpu_mma_variants_bit_identical_and_graph_safe():
     """(GPU) qkv_a's shape (K7168 N2112) at M 1 / 16 / 64 / 128 with swap-AB tiles and split-K, bf16 out:
@@ -1082,21 +1102,7 @@ def test_gpu_mma_variants_bit_identical_and_graph_safe():
                    (16, _variant("swap", 16, 64, 256, split=4)), (64, _variant("swap", 64, 64, 128, split="auto")),
                    (128, _variant("swap", 128, 64, 128, split="auto")),
                    (16, _variant("dot", 16, 16, 256, split=7))):
-        x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
-        ref32 = R.quant_matmul(x, w, ws, xs, out_dtype=torch.float32)   # no bias: no FMA contraction question
-        x, w, ws, xs, b = (t.to(dev) for t in (x, w, ws, xs, b))
-        o32 = T.quant_matmul_config(x, w, ws, xs, out_dtype=torch.float32, config=cfg)
-        assert torch.equal(o32.cpu(), ref32), (M, cfg)
-        want = T.quant_matmul(x, w, ws, xs, bias=b)
-        eager = T.quant_matmul_config(x, w, ws, xs, bias=b, config=cfg)
-        assert torch.equal(eager, want), (M, cfg)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out_g = T.quant_matmul_config(x, w, ws, xs, bias=b, config=cfg)
-        for _ in range(3):
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(out_g, want), (M, cfg)
+        _gpu_config_exact_eager_and_graph(M, K, N, cfg, g, dev)
     for buf, _ in T._COUNTERS.values():
         assert int(buf.abs().sum()) == 0
 
@@ -1427,20 +1433,6 @@ def test_gpu_gemv_stream_dp4a_bit_identical_and_graph_safe():
                            ((3, 998, 301), _gs(4, 256, split=2)),    # K % 4 != 0: int8 loads
                            ((1, 7168, 2112), _gs(4, 1024, pf=True)), ((2, 1000, 301), _gs(4, 256, split=3, pf=True)),
                            ((1, 7168, 2112), _gs(4, 1024, dp4a=False, pf=True))):
-        x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
-        ref32 = R.quant_matmul(x, w, ws, xs, out_dtype=torch.float32)
-        x, w, ws, xs, b = (t.to(dev) for t in (x, w, ws, xs, b))
-        o32 = T.quant_matmul_config(x, w, ws, xs, out_dtype=torch.float32, config=cfg)
-        assert torch.equal(o32.cpu(), ref32), (M, K, N, cfg)
-        want = T.quant_matmul(x, w, ws, xs, bias=b)
-        eager = T.quant_matmul_config(x, w, ws, xs, bias=b, config=cfg)
-        assert torch.equal(eager, want), (M, K, N, cfg)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out_g = T.quant_matmul_config(x, w, ws, xs, bias=b, config=cfg)
-        for _ in range(3):
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(out_g, want), (M, K, N, cfg)
+        _gpu_config_exact_eager_and_graph(M, K, N, cfg, g, dev)
     for buf, _ in T._COUNTERS.values():
         assert int(buf.abs().sum()) == 0
