@@ -522,24 +522,32 @@ def test_P2_P3_cuda_table_row_kernel_writes_nothing_else_with_checks_off(mode, r
 # row kernel with two work items per token (config "row": {"parts": 2}): (t, 0) = cq → cqn,
 # (t, 1) = ckv / kr → caches, on separate programs
 # ----------------------------------------------------------------------------------------------
-@pytest.fixture
-def row_cfg(monkeypatch):
-    """``row_cfg(table, **row)``: the launcher sees config table ``table`` with ``row`` entries replaced; the
-    memoised plans are dropped before and after (they are keyed by table name, not by its contents)."""
+def _section_override(monkeypatch, section, on_section):
+    """``use(table, **entries)``: the launcher sees config table ``table`` with ``entries`` set on every bucket of
+    its ``section`` ("buckets" and "buckets_int8"), and on the section itself when ``on_section``; the memoised
+    plans are dropped (they are keyed by table name, not by its contents)."""
     import copy
     orig = K._all_configs
 
-    def use(table, **row):
+    def use(table, **entries):
         cfg = copy.deepcopy(orig())
-        cfg[table]["row"].update(row)
+        if on_section:
+            cfg[table][section].update(entries)
         for key in ("buckets", "buckets_int8"):          # per-T buckets override the section's keys
-            for b in cfg[table]["row"].get(key, []):
-                b.update(row)
+            for b in cfg[table][section].get(key, []):
+                b.update(entries)
         monkeypatch.setattr(K, "_all_configs", lambda: cfg)
         K._cached_plan.cache_clear()
         K._cached_launch.cache_clear()
         return cfg
-    yield use
+    return use
+
+
+@pytest.fixture
+def row_cfg(monkeypatch):
+    """``row_cfg(table, **row)``: the row section and each of its buckets get ``row`` (plans dropped before and
+    after)."""
+    yield _section_override(monkeypatch, "row", on_section=True)
     K._cached_plan.cache_clear()
     K._cached_launch.cache_clear()
 
@@ -626,19 +634,7 @@ def _out_of_range_never_writes(mode, seed):
 def query_cfg(monkeypatch):
     """``query_cfg(table, **entries)``: every query bucket of config table ``table`` gets ``entries``
     (memoised plans dropped before and after, as in ``row_cfg``)."""
-    import copy
-    orig = K._all_configs
-
-    def use(table, **entries):
-        cfg = copy.deepcopy(orig())
-        for key in ("buckets", "buckets_int8"):
-            for b in cfg[table]["query"].get(key, []):
-                b.update(entries)
-        monkeypatch.setattr(K, "_all_configs", lambda: cfg)
-        K._cached_plan.cache_clear()
-        K._cached_launch.cache_clear()
-        return cfg
-    yield use
+    yield _section_override(monkeypatch, "query", on_section=False)
     K._cached_plan.cache_clear()
     K._cached_launch.cache_clear()
 
