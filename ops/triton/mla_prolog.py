@@ -64,8 +64,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
-                      sm_count as _sm_count)
+from ._common import (backend_key as _backend_key, cdiv as _cdiv, counters as _counters, load_configs,
+                      next_power_of_2 as _np2, sm_count as _sm_count)
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -491,6 +491,97 @@ def _absorb_pre(qc, u, q_row, r_m, c0, Hckv, IEEE: tl.constexpr, BLOCK_M: tl.con
 
 
 @triton.jit
+def _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, k_lo, k_hi, rk, r_m, d_m, rc_m, s_ak, s_wk,
+              INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr,
+              ASCEND: tl.constexpr, EV_W: tl.constexpr):
+    """acc_n += a @ W_nope, acc_r += a @ W_rope over Hcq rows [k_lo, k_hi) (the pointers start at k_lo);
+    EVEN_K: no K mask (k_hi − k_lo is a multiple of BLOCK_K)."""
+    for k in range(k_lo, k_hi, BLOCK_K):
+        if ASCEND:
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=r_m[:, None], other=0)
+                bn = tl.load(bn_ptrs, mask=d_m[None, :], other=0)
+                br = tl.load(br_ptrs, mask=rc_m[None, :], other=0)
+            else:
+                km = (k + rk) < k_hi
+                a = tl.load(a_ptrs, mask=r_m[:, None] & km[None, :], other=0)
+                bn = tl.load(bn_ptrs, mask=km[:, None] & d_m[None, :], other=0)
+                br = tl.load(br_ptrs, mask=km[:, None] & rc_m[None, :], other=0)
+        elif EVEN_K:
+            a = tl.load(a_ptrs)
+            bn = tl.load(bn_ptrs, eviction_policy=EV_W)
+            br = tl.load(br_ptrs, eviction_policy=EV_W)
+        else:
+            km = (k + rk) < k_hi
+            a = tl.load(a_ptrs, mask=km[None, :], other=0)
+            bn = tl.load(bn_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
+            br = tl.load(br_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
+        acc_n = _dot(a, bn, acc_n, INT8, IEEE)
+        acc_r = _dot(a, br, acc_r, INT8, IEEE)
+        a_ptrs += BLOCK_K * s_ak
+        bn_ptrs += BLOCK_K * s_wk
+        br_ptrs += BLOCK_K * s_wk
+    return acc_n, acc_r
+
+
+@triton.jit
+def _q_round(acc, wsc_ptr, cols, c_m, xs, dt, INT8: tl.constexpr, ASCEND: tl.constexpr):
+    """The query GEMM's rounding point: dt(acc · w_scale[col] · x_scale[t]) (int8), dt(acc) (float); columns
+    past the head's width are zero. ``xs`` = the per-token scales of the tile's rows ([BLOCK_M] fp32, int8)."""
+    if INT8:
+        if ASCEND:
+            v = acc.to(tl.float32) * tl.load(wsc_ptr + cols, mask=c_m, other=0.0)[None, :] * xs[:, None]
+        else:
+            v = acc.to(tl.float32) * tl.load(wsc_ptr + cols)[None, :] * xs[:, None]
+    else:
+        v = acc
+    return tl.where(c_m[None, :], v, 0.0).to(dt)
+
+
+@triton.jit
+def _rope_pq(rc, rc_m, Dr, dt, ASCEND: tl.constexpr):
+    """RoPE as two exact permutation products on the dt-rounded interleaved qr (one non-zero ±1 per column):
+      d = qr @ P   = [x0, x2, …, x1, x3, …]              (de-interleave)
+      rot = qr @ Q = [−x1, −x3, …, x0, x2, …]            (rotate_half(d))
+    (CUDA builds them after the K loop: live across it they cost ~64 registers per thread; ASCEND builds the
+    same matrices from 1-D source rows / signs: two 2-D compares, not eight (UB))."""
+    Dr2 = Dr // 2
+    ii = rc[:, None]
+    if ASCEND:
+        src_p = tl.where(rc < Dr2, 2 * rc, 2 * (rc - Dr2) + 1)
+        src_q = tl.where(rc < Dr2, 2 * rc + 1, 2 * (rc - Dr2))
+        sgn_q = tl.where(rc < Dr2, -1.0, 1.0)
+        P = tl.where((ii == src_p[None, :]) & rc_m[None, :], 1.0, 0.0).to(dt)
+        Q = tl.where((ii == src_q[None, :]) & rc_m[None, :], sgn_q[None, :], 0.0).to(dt)
+    else:
+        cc_ = rc[None, :]
+        lo = cc_ < Dr2
+        hi = (cc_ >= Dr2) & (cc_ < Dr)
+        P = tl.where((lo & (ii == 2 * cc_)) | (hi & (ii == 2 * (cc_ - Dr2) + 1)), 1.0, 0.0).to(dt)
+        Q = tl.where(lo & (ii == 2 * cc_ + 1), -1.0, tl.where(hi & (ii == 2 * (cc_ - Dr2)), 1.0, 0.0)).to(dt)
+    return P, Q
+
+
+@triton.jit
+def _rope_out(qr, P, Q, cos_ptr, sin_ptr, rw, r_m, rc, rc_m, rcw, s_cos_t, s_cos_d, s_sin_t, s_sin_d,
+              IEEE: tl.constexpr, ASCEND: tl.constexpr):
+    """d·cos + rotate_half(d)·sin in fp32 for the tile's rows (interleaved pairs in, rotate-half out)."""
+    BLOCK_M: tl.constexpr = qr.shape[0]
+    BLOCK_R: tl.constexpr = qr.shape[1]
+    zero = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+    d = _dot(qr, P, zero, False, IEEE)
+    rot = _dot(qr, Q, zero, False, IEEE)
+    if ASCEND:
+        m2 = r_m[:, None] & rc_m[None, :]
+        cs = tl.load(cos_ptr + rw[:, None] * s_cos_t + rc[None, :] * s_cos_d, mask=m2, other=0.0).to(tl.float32)
+        sn = tl.load(sin_ptr + rw[:, None] * s_sin_t + rc[None, :] * s_sin_d, mask=m2, other=0.0).to(tl.float32)
+    else:
+        cs = tl.load(cos_ptr + rw[:, None] * s_cos_t + rcw[None, :] * s_cos_d).to(tl.float32)
+        sn = tl.load(sin_ptr + rw[:, None] * s_sin_t + rcw[None, :] * s_sin_d).to(tl.float32)
+    return d * cs + rot * sn
+
+
+@triton.jit
 def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr,
                   q_ptr, qr_ptr, dsq_ptr,
                   T, Hcq, NH, D, Dr, Hckv,
@@ -526,7 +617,6 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
     default of a nested @jit call as a constexpr)."""
     dt = qr_ptr.dtype.element_ty
     m_tiles = tl.cdiv(T, BLOCK_M)
-    Dr2 = Dr // 2
     HW = D + Dr
     dcol = tl.arange(0, BLOCK_D)
     d_m = dcol < D
@@ -534,18 +624,8 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
     rc_m = rc < Dr
     rcw = rc % Dr
     rk = tl.arange(0, BLOCK_K)
-    # RoPE as two exact permutation products on the dt-rounded interleaved qr (one non-zero ±1 per column):
-    #   d = qr @ P   = [x0, x2, …, x1, x3, …]              (de-interleave)
-    #   rot = qr @ Q = [−x1, −x3, …, x0, x2, …]            (rotate_half(d))
-    # (CUDA builds them after the K loop: live across it they cost ~64 registers per thread)
-    ii = rc[:, None]
-    cc_ = rc[None, :]
-    if ASCEND:  # same matrices from 1-D source rows / signs: two 2-D compares, not eight (UB)
-        src_p = tl.where(rc < Dr2, 2 * rc, 2 * (rc - Dr2) + 1)
-        src_q = tl.where(rc < Dr2, 2 * rc + 1, 2 * (rc - Dr2))
-        sgn_q = tl.where(rc < Dr2, -1.0, 1.0)
-        P = tl.where((ii == src_p[None, :]) & rc_m[None, :], 1.0, 0.0).to(dt)
-        Q = tl.where((ii == src_q[None, :]) & rc_m[None, :], sgn_q[None, :], 0.0).to(dt)
+    if ASCEND:   # RoPE permutations (CUDA builds them after the K loop: :func:`_rope_pq`)
+        P, Q = _rope_pq(rc, rc_m, Dr, dt, True)
     for item in range(pid, NH * m_tiles, nprog):
         h = item // m_tiles
         mt = item % m_tiles
@@ -578,46 +658,18 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
         else:
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
             acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-        for k in range(0, Hcq, BLOCK_K):
-            if ASCEND:
-                if EVEN_K:
-                    a = tl.load(a_ptrs, mask=r_m[:, None], other=0)
-                    bn = tl.load(bn_ptrs, mask=d_m[None, :], other=0)
-                    br = tl.load(br_ptrs, mask=rc_m[None, :], other=0)
-                else:
-                    km = (k + rk) < Hcq
-                    a = tl.load(a_ptrs, mask=r_m[:, None] & km[None, :], other=0)
-                    bn = tl.load(bn_ptrs, mask=km[:, None] & d_m[None, :], other=0)
-                    br = tl.load(br_ptrs, mask=km[:, None] & rc_m[None, :], other=0)
-            elif EVEN_K:
-                a = tl.load(a_ptrs)
-                bn = tl.load(bn_ptrs, eviction_policy=EV_W)
-                br = tl.load(br_ptrs, eviction_policy=EV_W)
-            else:
-                km = (k + rk) < Hcq
-                a = tl.load(a_ptrs, mask=km[None, :], other=0)
-                bn = tl.load(bn_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
-                br = tl.load(br_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
-            acc_n = _dot(a, bn, acc_n, INT8, IEEE)
-            acc_r = _dot(a, br, acc_r, INT8, IEEE)
-            a_ptrs += BLOCK_K * s_ak
-            bn_ptrs += BLOCK_K * s_wk
-            br_ptrs += BLOCK_K * s_wk
+        acc_n, acc_r = _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, 0, Hcq, rk, r_m, d_m, rc_m, s_ak, s_wk,
+                                 INT8, IEEE, EVEN_K, BLOCK_K, ASCEND, EV_W)
         # ---- dequant + rounding point: [qc ‖ qr] = dt(...) ----
         if INT8:
             if ASCEND:
                 xs = tl.load(as_ptr + rw, mask=r_m, other=0.0)
-                qc = acc_n.to(tl.float32) * tl.load(wsc_ptr + nope_c, mask=d_m, other=0.0)[None, :] * xs[:, None]
-                qr = acc_r.to(tl.float32) * tl.load(wsc_ptr + rope_c, mask=rc_m, other=0.0)[None, :] * xs[:, None]
             else:
                 xs = tl.load(as_ptr + rw)
-                qc = acc_n.to(tl.float32) * tl.load(wsc_ptr + nope_c)[None, :] * xs[:, None]
-                qr = acc_r.to(tl.float32) * tl.load(wsc_ptr + rope_c)[None, :] * xs[:, None]
         else:
-            qc = acc_n
-            qr = acc_r
-        qc = tl.where(d_m[None, :], qc, 0.0).to(dt)
-        qr = tl.where(rc_m[None, :], qr, 0.0).to(dt)
+            xs = 1.0
+        qc = _q_round(acc_n, wsc_ptr, nope_c, d_m, xs, dt, INT8, ASCEND)
+        qr = _q_round(acc_r, wsc_ptr, rope_c, rc_m, xs, dt, INT8, ASCEND)
         # ---- absorption: query[t, h] = qc @ W_UK[h] ----
         q_row = q_ptr + rows.to(tl.int64)[:, None] * s_qt + h64 * s_qh
         if Q8:
@@ -647,26 +699,161 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
                 tl.store(q_row + cc[None, :], q.to(q_ptr.dtype.element_ty), mask=r_m[:, None] & c_m[None, :])
         # ---- RoPE: interleaved pairs in, rotate-half out: d·cos + rotate_half(d)·sin ----
         if not ASCEND:
-            lo = cc_ < Dr2
-            hi = (cc_ >= Dr2) & (cc_ < Dr)
-            P = tl.where((lo & (ii == 2 * cc_)) | (hi & (ii == 2 * (cc_ - Dr2) + 1)), 1.0, 0.0).to(dt)
-            Q = tl.where(lo & (ii == 2 * cc_ + 1), -1.0, tl.where(hi & (ii == 2 * (cc_ - Dr2)), 1.0, 0.0)).to(dt)
-        zero = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-        d = _dot(qr, P, zero, False, IEEE)
-        rot = _dot(qr, Q, zero, False, IEEE)
-        if ASCEND:
-            m2 = r_m[:, None] & rc_m[None, :]
-            cs = tl.load(cos_ptr + rw[:, None] * s_cos_t + rc[None, :] * s_cos_d, mask=m2, other=0.0).to(tl.float32)
-            sn = tl.load(sin_ptr + rw[:, None] * s_sin_t + rc[None, :] * s_sin_d, mask=m2, other=0.0).to(tl.float32)
-        else:
-            cs = tl.load(cos_ptr + rw[:, None] * s_cos_t + rcw[None, :] * s_cos_d).to(tl.float32)
-            sn = tl.load(sin_ptr + rw[:, None] * s_sin_t + rcw[None, :] * s_sin_d).to(tl.float32)
-        out = d * cs + rot * sn
+            P, Q = _rope_pq(rc, rc_m, Dr, dt, False)
+        out = _rope_out(qr, P, Q, cos_ptr, sin_ptr, rw, r_m, rc, rc_m, rcw, s_cos_t, s_cos_d, s_sin_t, s_sin_d,
+                        IEEE, ASCEND)
         if Q8:
             qs = tl.load(qsckv_ptr)
             out = tl.math.div_rn(out * qs, tl.zeros_like(out) + safe[:, None])
         qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h64 * s_qrh
         tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
+
+
+# ---- k_split (CUDA): the query GEMM over more programs, the absorption on programs of its own ----
+@triton.jit
+def _qsplit_gemm(item, a_ptr, w_ptr, part_ptr, cnt_ptr, T, Hcq, NH, D, Dr, K_PER, s_at, s_ak, s_wk, s_wn,
+                 INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, KSPLIT: tl.constexpr,
+                 EV_W: tl.constexpr):
+    """GEMM item (head h, token tile mt, part s) of :func:`_query_split_kernel`: ``cqn @ W_UQ_QR[:, head]`` over
+    Hcq rows [s·K_PER, (s+1)·K_PER) → ``part[s, rows, h, :D+Dr]`` (int32 for int8 operands: exact; else fp32), plain
+    stores; then a CTA barrier and ``cnt[h, mt] += 1`` (acq_rel) publish it to the tile's absorption items."""
+    m_tiles = tl.cdiv(T, BLOCK_M)
+    h = item // (m_tiles * KSPLIT)
+    mt = (item // KSPLIT) % m_tiles
+    s = item % KSPLIT
+    HW = D + Dr
+    dcol = tl.arange(0, BLOCK_D)
+    d_m = dcol < D
+    rc = tl.arange(0, BLOCK_R)
+    rc_m = rc < Dr
+    rk = tl.arange(0, BLOCK_K)
+    rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
+    r_m = rows < T
+    rw = (rows % T).to(tl.int64)
+    nope_c = (h * HW + dcol % D).to(tl.int64)
+    rope_c = (h * HW + D + rc % Dr).to(tl.int64)
+    k_lo = s * K_PER
+    k_hi = tl.minimum(k_lo + K_PER, Hcq)
+    kk = (k_lo + rk).to(tl.int64)
+    a_ptrs = a_ptr + rw[:, None] * s_at + kk[None, :] * s_ak
+    bn_ptrs = w_ptr + kk[:, None] * s_wk + nope_c[None, :] * s_wn
+    br_ptrs = w_ptr + kk[:, None] * s_wk + rope_c[None, :] * s_wn
+    if INT8:
+        acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.int32)
+        acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
+    else:
+        acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+    acc_n, acc_r = _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, k_lo, k_hi, rk, r_m, d_m, rc_m, s_ak, s_wk,
+                             INT8, IEEE, EVEN_K, BLOCK_K, False, EV_W)
+    p_row = part_ptr + ((s * T + rows).to(tl.int64)[:, None] * NH + h) * HW
+    tl.store(p_row + dcol[None, :], acc_n, mask=r_m[:, None] & d_m[None, :])
+    tl.store(p_row + D + rc[None, :], acc_r, mask=r_m[:, None] & rc_m[None, :])
+    tl.debug_barrier()
+    tl.atomic_add(cnt_ptr + h * m_tiles + mt, 1, sem="acq_rel")
+
+
+@triton.jit
+def _qsplit_absorb(item, as_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr, cnt_ptr, q_ptr, qr_ptr,
+                   T, NH, D, Dr, Hckv, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh,
+                   INT8: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, KSPLIT: tl.constexpr):
+    """Absorption item (head h, token tile mt, W_UK column chunk c) of :func:`_query_split_kernel`: issues its
+    W_UK[h][:, chunk] loads, waits until the tile's KSPLIT GEMM items have published (``cnt[h, mt] ≥ KSPLIT``),
+    adds their partials in a fixed order (int32: exact), rounds qc = dt(dequant(sum)) as the one-program kernel
+    does, stores ``query[rows, h, chunk] = qc @ W_UK[h][:, chunk]``; chunk 0 also does the rope columns (RoPE →
+    ``query_rope``). Then ``cnt += 1``; the tile's last absorption item resets it to 0 (the buffer stays zeroed)."""
+    dt = qr_ptr.dtype.element_ty
+    m_tiles = tl.cdiv(T, BLOCK_M)
+    n_c = tl.cdiv(Hckv, BLOCK_C)
+    h = item // (m_tiles * n_c)
+    mt = (item // n_c) % m_tiles
+    c0 = (item % n_c) * BLOCK_C
+    HW = D + Dr
+    h64 = tl.full([], h, tl.int64)
+    dcol = tl.arange(0, BLOCK_D)
+    d_m = dcol < D
+    rc = tl.arange(0, BLOCK_R)
+    rc_m = rc < Dr
+    rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
+    r_m = rows < T
+    rw = (rows % T).to(tl.int64)
+    u = _load_uk(wuk_ptr, h64 * s_uh, dcol, d_m, c0, Hckv, s_ud, s_uc, BLOCK_C)
+    cnt = cnt_ptr + h * m_tiles + mt
+    seen = tl.load(cnt, volatile=True)
+    while seen < KSPLIT:
+        seen = tl.load(cnt, volatile=True)
+    tl.atomic_add(cnt, 0, sem="acquire")
+    p_row = part_ptr + (rows.to(tl.int64)[:, None] * NH + h) * HW
+    if INT8:
+        xs = tl.load(as_ptr + rw, cache_modifier=".cg")
+        acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.int32)
+    else:
+        xs = 1.0
+        acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for s in range(0, KSPLIT):
+        acc_n += tl.load(p_row + s * T * NH * HW + dcol[None, :], mask=r_m[:, None] & d_m[None, :], other=0,
+                         cache_modifier=".cg")
+    qc = _q_round(acc_n, wsc_ptr, (h * HW + dcol % D).to(tl.int64), d_m, xs, dt, INT8, False)
+    _absorb_pre(qc, u, q_ptr + rows.to(tl.int64)[:, None] * s_qt + h64 * s_qh, r_m, c0, Hckv, IEEE, BLOCK_M,
+                BLOCK_C)
+    if c0 == 0:
+        if INT8:
+            acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
+        else:
+            acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+        for s in range(0, KSPLIT):
+            acc_r += tl.load(p_row + s * T * NH * HW + D + rc[None, :], mask=r_m[:, None] & rc_m[None, :], other=0,
+                             cache_modifier=".cg")
+        rcw = rc % Dr
+        qr = _q_round(acc_r, wsc_ptr, (h * HW + D + rcw).to(tl.int64), rc_m, xs, dt, INT8, False)
+        P, Q = _rope_pq(rc, rc_m, Dr, dt, False)
+        out = _rope_out(qr, P, Q, cos_ptr, sin_ptr, rw, r_m, rc, rc_m, rcw, s_cos_t, s_cos_d, s_sin_t, s_sin_d,
+                        IEEE, False)
+        qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h64 * s_qrh
+        tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
+    done = tl.atomic_add(cnt, 1, sem="acq_rel")
+    if done == KSPLIT + n_c - 1:
+        tl.atomic_xchg(cnt, 0)
+
+
+@triton.jit
+def _qsplit_item(pid, n_gemm, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr, cnt_ptr, q_ptr,
+                 qr_ptr, T, Hcq, NH, D, Dr, Hckv, K_PER, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t, s_sin_d,
+                 s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8: tl.constexpr, IEEE: tl.constexpr,
+                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, KSPLIT: tl.constexpr, EV_W: tl.constexpr):
+    """Program ``pid`` of the split query launch: GEMM items first (``pid < n_gemm``), then absorption items."""
+    if pid < n_gemm:
+        _qsplit_gemm(pid, a_ptr, w_ptr, part_ptr, cnt_ptr, T, Hcq, NH, D, Dr, K_PER, s_at, s_ak, s_wk, s_wn,
+                     INT8, IEEE, EVEN_K, BLOCK_M, BLOCK_K, BLOCK_D, BLOCK_R, KSPLIT, EV_W)
+    else:
+        _qsplit_absorb(pid - n_gemm, as_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr, cnt_ptr, q_ptr, qr_ptr,
+                       T, NH, D, Dr, Hckv, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt,
+                       s_qrh, INT8, IEEE, BLOCK_M, BLOCK_D, BLOCK_R, BLOCK_C, KSPLIT)
+
+
+@triton.jit
+def _query_split_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr, cnt_ptr, q_ptr, qr_ptr,
+                        T, Hcq, NH, D, Dr, Hckv, K_PER, n_gemm,
+                        s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d,
+                        s_qt, s_qh, s_qrt, s_qrh,
+                        INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+                        KSPLIT: tl.constexpr, EV_W: tl.constexpr = ""):
+    """Query config ``k_split`` n (CUDA, not the full + C8 mode): the work of :func:`_query_kernel` as
+    NH·m_tiles·n GEMM items (each a 1/n K range of a head's GEMM: n× the programs streaming W_UQ_QR, whose
+    one-program-per-head form keeps about one program per SM) followed by NH·m_tiles·cdiv(Hckv, BLOCK_C)
+    absorption items, which issue their W_UK loads before waiting on the tile's counter, so W_UK streams while the
+    GEMM items finish. One launch, no host sync; the counters (``cnt``, zeroed, NH·m_tiles) are left zeroed.
+    Progress: an absorption item waits only on GEMM items, whose program ids are all lower, so all of them have
+    been scheduled before it (the same in-order assumption as a decoupled look-back scan); the interpreter runs
+    programs in order."""
+    _qsplit_item(tl.program_id(0), n_gemm, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr,
+                 cnt_ptr, q_ptr, qr_ptr, T, Hcq, NH, D, Dr, Hckv, K_PER, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc,
+                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
+                 BLOCK_D, BLOCK_R, BLOCK_C, KSPLIT, EV_W)
 
 
 @triton.jit
@@ -680,7 +867,8 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
                       KR_INT8: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_RH: tl.constexpr,
                       INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr):
+                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr,
+                      part_ptr, cnt_ptr, K_PER, n_gemm, KSPLIT: tl.constexpr = 0):
     """Row kernel + query kernel in ONE launch (CUDA, config ``fuse_row_max_t``; only when one token tile covers
     T, i.e. T ≤ BLOCK_M): saves the row kernel's launch and its latency-bound ~3-5 µs at decode.
     Programs ``pid < n_q`` (= the query kernel's work items, one each): first the cq → cqn rows of ALL T tokens
@@ -689,10 +877,20 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
     buffers), a CTA barrier (its own stores are then visible to all its threads; rows it reads were written by
     itself), then :func:`_query_body`. Programs ``pid ≥ n_q``: the ckv / kr → cache part of the row kernel, one
     token per program. Work per query program grows with T (the cq rows are recomputed by every head), hence
-    the small-T limit."""
+    the small-T limit. KSPLIT ≥ 1 (config ``k_split``): the query programs are :func:`_query_split_kernel`'s items
+    (``n_gemm`` GEMM items, which recompute the rows, then the absorption items, which need none)."""
     pid = tl.program_id(0)
     dt = qr_ptr.dtype.element_ty
-    if pid < n_q:
+    if KSPLIT > 0:
+        n_g = n_gemm
+    else:
+        n_g = n_q
+    if pid >= n_g and pid < n_q:   # absorption items (only with KSPLIT)
+        if KSPLIT > 0:
+            _qsplit_absorb(pid - n_gemm, as_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr, cnt_ptr, q_ptr,
+                           qr_ptr, T, NH, D, Dr, Hckv, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh,
+                           s_qrt, s_qrh, INT8, IEEE, BLOCK_M, BLOCK_D, BLOCK_R, BLOCK_C, KSPLIT)
+    elif pid < n_q:
         cq_c = tl.arange(0, BLOCK_Q)
         cq_m = cq_c < Hcq
         g_q = tl.load(gq_ptr + cq_c, mask=cq_m, other=0.0).to(tl.float32)
@@ -714,10 +912,14 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
             _row_cq(acc_q, wsc_q, xs, g_q, sm, cq_c, cq_m, tq, Hcq, eps_cq, a_ptr, as_ptr, s_at, dt,
                     ROW_INT8, INT8, HAS_SMOOTH, BLOCK_Q, False)
         tl.debug_barrier()
-        _query_body(pid, n_q, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr,
-                    dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t, s_sin_d,
-                    s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K, BLOCK_D,
-                    BLOCK_R, BLOCK_C, False, PRE_UK, EV_W)
+        if KSPLIT > 0:
+            _qsplit_gemm(pid, a_ptr, w_ptr, part_ptr, cnt_ptr, T, Hcq, NH, D, Dr, K_PER, s_at, s_ak, s_wk, s_wn,
+                         INT8, IEEE, EVEN_K, BLOCK_M, BLOCK_K, BLOCK_D, BLOCK_R, KSPLIT, EV_W)
+        else:
+            _query_body(pid, n_q, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr,
+                        dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t,
+                        s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
+                        BLOCK_D, BLOCK_R, BLOCK_C, False, PRE_UK, EV_W)
     else:
         Dr2 = Dr // 2
         kv_c = tl.arange(0, BLOCK_KV)
@@ -866,6 +1068,19 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0), FUSE_ROW=int(fuse),
              grid=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))),
              EV_W="evict_first" if ev_w else "", _T=T)
+    # k_split n (CUDA, no grid cap): n GEMM items per (head, token tile) + separate absorption items (the launch
+    # falls back to the one-program-per-head kernel in the full + C8 mode, whose absorption needs the row amax)
+    ks = int(q.get("k_split", qc.get("k_split", 0)))
+    if ks < 0:
+        raise ValueError(f"query k_split must be ≥ 0, got {ks}")
+    if ks and key == "cuda" and int(qc.get("grid_cap", 0)) == 0:
+        k_per = _cdiv(_cdiv(Hcq, ks), qbk) * qbk
+        ks = _cdiv(Hcq, k_per)
+        n_tiles = N * _cdiv(T, qbm)
+        q.update(KSPLIT=ks, K_PER=k_per, N_GEMM=n_tiles * ks, N_TILES=n_tiles, EVEN_K_SPLIT=(Hcq % k_per == 0),
+                 grid_split=n_tiles * (ks + _cdiv(Hckv, bc)))
+    else:
+        q["KSPLIT"] = 0
     eb = 1 if int8_query else act_bytes
     epi = (bd * bc + qbm * bd + 2 * br * br + qbm * br) * act_bytes
     per_stage = (qbm * qbk + qbk * (bd + br)) * eb
@@ -903,6 +1118,7 @@ class _Launch(NamedTuple):
     query_kw: dict
     fuse_grid: tuple = ()    # non-empty: one _row_query_kernel launch replaces the row and query launches
     fuse_kw: dict = {}
+    split_q: tuple = ()      # non-empty (K_PER, n_gemm, n_tiles): the query launch is _query_split_kernel's
 
 
 def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool,
@@ -924,16 +1140,25 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
     if on_cuda:
         query_kw["num_stages"] = int(q["num_stages"])
     query_grid = (q["grid"],)
+    split_q = ()
+    if q.get("KSPLIT", 0) and not asc and not (full and kv8):
+        query_kw.update(EVEN_K=q["EVEN_K_SPLIT"], KSPLIT=int(q["KSPLIT"]))
+        for k in ("Q8", "ASCEND", "PRE_UK"):
+            query_kw.pop(k)
+        query_grid = (q["grid_split"],)
+        split_q = (int(q["K_PER"]), int(q["N_GEMM"]), int(q["N_TILES"]))
     fuse_grid, fuse_kw = (), {}
     if q.get("FUSE_ROW") and not asc:
         # query constexprs (ASCEND dropped: CUDA only) + the row kernel's; one program per query item, then T
         # programs for the ckv / kr → cache part
         fuse_kw = {k: v for k, v in query_kw.items() if k != "ASCEND"}
+        fuse_kw.setdefault("Q8", full and kv8)
+        fuse_kw.setdefault("PRE_UK", 0)
         fuse_kw.update(SPLIT_K=d["SPLIT_K"], ROW_INT8=full, HAS_SMOOTH=qint8 and has_smooth, KV_INT8=kv8, KR_INT8=kr8,
                        BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_RH=r["BLOCK_R"])
         fuse_grid = (query_grid[0] + int(q["_T"]),)
-    return _Launch(asc, int(r.get("n_row", r["grid"])), d["SPLIT_K"], d["K_PER_SPLIT"], (d["grid"],), down_kw, (r["grid"],), row_kw,
-                   query_grid, query_kw, fuse_grid, fuse_kw)
+    return _Launch(asc, int(r.get("n_row", r["grid"])), d["SPLIT_K"], d["K_PER_SPLIT"], (d["grid"],), down_kw,
+                   (r["grid"],), row_kw, query_grid, query_kw, fuse_grid, fuse_kw, split_q)
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
@@ -1099,6 +1324,13 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     wsuq, _ = _flat_scale(dequant_scale_w_uq_qr)
     q2 = query.reshape(T, N, Hckv)
     qr2 = query_rope.reshape(T, N, Dr)
+    if lp.split_q:   # k_split: partial GEMM sums [KSPLIT, T, N, D + Dr] and one zeroed counter per (head, tile)
+        k_per, n_gemm, n_tiles = lp.split_q
+        part = torch.empty((lp.query_kw["KSPLIT"], T, N, D + Dr), dtype=torch.int32 if qint8 else torch.float32,
+                           device=dev)
+        cnt = _counters(dev, n_tiles)
+    else:
+        k_per, n_gemm, part, cnt = 0, 0, cqs, cqs
     if lp.fuse_grid:   # ---- 2 + 3 in one launch (CUDA, small T) ----
         _row_query_kernel[lp.fuse_grid](
             ws, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
@@ -1113,7 +1345,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
             q2.stride(0), q2.stride(1), qr2.stride(0), qr2.stride(1), idx.stride(0),
             kv_w.stride(0), kv_w.stride(1), kv_w.stride(3), kr_w.stride(0), kr_w.stride(1), kr_w.stride(3),
             s_qsckv, s_qsckr, float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv), lp.fuse_grid[0] - T,
-            **lp.fuse_kw)
+            part_ptr=part, cnt_ptr=cnt, K_PER=k_per, n_gemm=n_gemm, **lp.fuse_kw)
         return query, query_rope, dsq
     _row_kernel[lp.row_grid](
         ws, weight_uk, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
@@ -1130,6 +1362,16 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         kr_cache.copy_(kr_w)
 
     # ---- 3. query GEMM + absorption + RoPE ----
+    if lp.split_q:
+        _query_split_kernel[lp.query_grid](
+            cqn, cqs, weight_uq_qr, wsuq if qint8 else rmsnorm_gamma_cq, weight_uk, sin, cos, part, cnt, q2, qr2,
+            T, Hcq, N, D, Dr, Hckv, k_per, n_gemm,
+            cqn.stride(0), cqn.stride(1), weight_uq_qr.stride(0), weight_uq_qr.stride(1),
+            weight_uk.stride(0), weight_uk.stride(1), weight_uk.stride(2),
+            sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1),
+            q2.stride(0), q2.stride(1), qr2.stride(0), qr2.stride(1),
+            **lp.query_kw)
+        return query, query_rope, dsq
     _query_kernel[lp.query_grid](
         cqn, cqs, weight_uq_qr, wsuq if qint8 else rmsnorm_gamma_cq, weight_uk, sin, cos,
         quant_scale_ckv if q8 else rmsnorm_gamma_cq, q2, qr2, dsq if q8 else cqs,
@@ -1254,6 +1496,9 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
 ASCEND_NOT_COMPILED = {
     "_row_query_kernel": "CUDA only: the fused row + query launch (config fuse_row_max_t) is planned only for the "
                          "'cuda' table; it relies on a CTA barrier after global stores that its own threads re-read",
+    "_query_split_kernel": "CUDA only: query config k_split is planned only for the 'cuda' table; its absorption "
+                           "programs wait on counters that lower program ids set, which needs every launched program "
+                           "resident or scheduled in order (the Ascend grid is capped at the core count with a loop)",
 }
 
 

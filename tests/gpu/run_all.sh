@@ -144,6 +144,10 @@ round26)  # session 4: the M = 2 streaming-GEMV bucket and the quant switch remo
 round27)  # session 4: check_mla_prolog again so its table shows the fused T = 1 launch's per-kernel time
   step check_mla_prolog 100 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
   ;;
+round28)  # session 5: mla_prolog query k_split (GEMM items over Hcq parts + absorption items on a counter) on CUDA
+  step pytest_ksplit 120 python3 -m pytest tests/test_mla_prolog_triton.py -q -x -k "k_split or fused or modes_match"
+  step mla_prolog_sweep4 230 python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 170 --out "$OUT/mla_prolog_sweep4.md"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
