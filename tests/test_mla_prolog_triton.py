@@ -785,9 +785,10 @@ def test_query_k_split_modes_match_reference(mode, T, fuse, query_cfg, monkeypat
 
 @pytest.mark.parametrize("mode", ["bf16", "partial", "a8w8"])
 def test_query_k_split_uneven_parts_and_odd_dims(mode, query_cfg, monkeypatch):
-    """k_split 3 over Hcq 72 with BLOCK_K 16 (parts of 32, 32, 8 rows: the K tail masked), odd D / Dr / Hckv
-    (column masks, a partial W_UK chunk), N 3; and k_split larger than the K steps (parts capped)."""
-    query_cfg("cuda", k_split=3, BLOCK_K=16, BLOCK_C=64)
+    """k_split 3 over Hcq 72 with BLOCK_K 32 (parts of 32, 32, 8 rows: the K tail masked; 32 = the int8 tl.dot's
+    least K on CUDA), odd D / Dr / Hckv (column masks, a partial W_UK chunk), N 3; and k_split larger than the K
+    steps (parts capped)."""
+    query_cfg("cuda", k_split=3, BLOCK_K=32, BLOCK_C=64)
     monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
     compare(small(mode, T=3, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=91))
     query_cfg("cuda", k_split=64, BLOCK_K=32, fuse_row_max_t=0)

@@ -148,6 +148,14 @@ round28)  # session 5: mla_prolog query k_split (GEMM items over Hcq parts + abs
   step pytest_ksplit 120 python3 -m pytest tests/test_mla_prolog_triton.py -q -x -k "k_split or fused or modes_match"
   step mla_prolog_sweep4 230 python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 170 --out "$OUT/mla_prolog_sweep4.md"
   ;;
+round29)  # session 5: where the query launch's time goes (Nsight Compute): a8w8 T=1 fused launch (json, k_split 2), bf16 T=128 query, qkv_a M=16
+  NCU="ncu --clock-control none --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --section SchedulerStats"
+  step ncu_mla_a8w8_t1 80 $NCU -k regex:_row_query_kernel python3 tests/gpu/ncu_mla_prolog.py --mode a8w8 --T 1
+  step ncu_mla_a8w8_t1_ks2 80 $NCU -k regex:_row_query_kernel python3 tests/gpu/ncu_mla_prolog.py --mode a8w8 --T 1 --overrides '{"query": {"k_split": 2}}'
+  step ncu_mla_bf16_t128 80 $NCU -k regex:_query_kernel python3 tests/gpu/ncu_mla_prolog.py --mode bf16 --T 128
+  step ncu_qmm_m16 60 $NCU -k regex:_qmm_kernel python3 tests/gpu/ncu_qmm.py --mkn 16,7168,2112
+  step pytest_ksplit 60 python3 -m pytest tests/test_mla_prolog_triton.py -q -x -k "k_split"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
