@@ -603,7 +603,7 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
     _query_body(tl.program_id(0), tl.num_programs(0), a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr,
                 qsckv_ptr, q_ptr, qr_ptr, dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc,
                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
-                BLOCK_D, BLOCK_R, BLOCK_C, ASCEND, PRE_UK, EV_W)
+                BLOCK_D, BLOCK_R, BLOCK_C, ASCEND, PRE_UK, EV_W, 0, 0, False)
 
 
 @triton.jit
@@ -612,9 +612,10 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
                 s_qt, s_qh, s_qrt, s_qrh, INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr,
-                EV_W: tl.constexpr):
+                EV_W: tl.constexpr, u_e0, u_e1, EARLY_UK: tl.constexpr):
     """:func:`_query_kernel`'s work items ``pid, pid + nprog, …`` (no defaults: triton 3.6 does not wrap a str
-    default of a nested @jit call as a constexpr)."""
+    default of a nested @jit call as a constexpr). EARLY_UK: the first min(PRE_UK, 2) W_UK chunks were loaded by
+    the caller (``u_e0``, ``u_e1``; one work item per program), else they are loaded here."""
     dt = qr_ptr.dtype.element_ty
     m_tiles = tl.cdiv(T, BLOCK_M)
     HW = D + Dr
@@ -645,9 +646,15 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
         br_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + rope_c[None, :] * s_wn
         h_off = h64 * s_uh
         if PRE_UK >= 1:
-            u0 = _load_uk(wuk_ptr, h_off, dcol, d_m, 0, Hckv, s_ud, s_uc, BLOCK_C)
+            if EARLY_UK:
+                u0 = u_e0
+            else:
+                u0 = _load_uk(wuk_ptr, h_off, dcol, d_m, 0, Hckv, s_ud, s_uc, BLOCK_C)
         if PRE_UK >= 2:
-            u1 = _load_uk(wuk_ptr, h_off, dcol, d_m, BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
+            if EARLY_UK:
+                u1 = u_e1
+            else:
+                u1 = _load_uk(wuk_ptr, h_off, dcol, d_m, BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
         if PRE_UK >= 3:
             u2 = _load_uk(wuk_ptr, h_off, dcol, d_m, 2 * BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
         if PRE_UK >= 4:
@@ -709,151 +716,31 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
         tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
 
 
-# ---- k_split (CUDA): the query GEMM over more programs, the absorption on programs of its own ----
 @triton.jit
-def _qsplit_gemm(item, a_ptr, w_ptr, part_ptr, cnt_ptr, T, Hcq, NH, D, Dr, K_PER, s_at, s_ak, s_wk, s_wn,
-                 INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, KSPLIT: tl.constexpr,
-                 EV_W: tl.constexpr):
-    """GEMM item (head h, token tile mt, part s) of :func:`_query_split_kernel`: ``cqn @ W_UQ_QR[:, head]`` over
-    Hcq rows [s·K_PER, (s+1)·K_PER) → ``part[s, rows, h, :D+Dr]`` (int32 for int8 operands: exact; else fp32), plain
-    stores; then a CTA barrier and ``cnt[h, mt] += 1`` (acq_rel) publish it to the tile's absorption items."""
-    m_tiles = tl.cdiv(T, BLOCK_M)
-    h = item // (m_tiles * KSPLIT)
-    mt = (item // KSPLIT) % m_tiles
-    s = item % KSPLIT
-    HW = D + Dr
-    dcol = tl.arange(0, BLOCK_D)
-    d_m = dcol < D
-    rc = tl.arange(0, BLOCK_R)
-    rc_m = rc < Dr
-    rk = tl.arange(0, BLOCK_K)
-    rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
-    r_m = rows < T
-    rw = (rows % T).to(tl.int64)
-    nope_c = (h * HW + dcol % D).to(tl.int64)
-    rope_c = (h * HW + D + rc % Dr).to(tl.int64)
-    k_lo = s * K_PER
-    k_hi = tl.minimum(k_lo + K_PER, Hcq)
-    kk = (k_lo + rk).to(tl.int64)
-    a_ptrs = a_ptr + rw[:, None] * s_at + kk[None, :] * s_ak
-    bn_ptrs = w_ptr + kk[:, None] * s_wk + nope_c[None, :] * s_wn
-    br_ptrs = w_ptr + kk[:, None] * s_wk + rope_c[None, :] * s_wn
-    if INT8:
-        acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.int32)
-        acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
+def _cq_rows(t_lo, t_hi, ws_ptr, xs_ptr, wsdq_ptr, gq_ptr, smooth_ptr, a_ptr, as_ptr, CT, TCT, Hcq, s_at, eps_cq, dt,
+             SPLIT_K: tl.constexpr, ROW_INT8: tl.constexpr, INT8: tl.constexpr, HAS_SMOOTH: tl.constexpr,
+             BLOCK_Q: tl.constexpr):
+    """cq → cqn rows of tokens [t_lo, t_hi) for the fused launch (:func:`_row_cq` with the row kernel's order)."""
+    cq_c = tl.arange(0, BLOCK_Q)
+    cq_m = cq_c < Hcq
+    g_q = tl.load(gq_ptr + cq_c, mask=cq_m, other=0.0).to(tl.float32)
+    if ROW_INT8:
+        wsc_q = tl.load(wsdq_ptr + cq_c, mask=cq_m, other=0.0)
     else:
-        acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-        acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-    acc_n, acc_r = _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, k_lo, k_hi, rk, r_m, d_m, rc_m, s_ak, s_wk,
-                             INT8, IEEE, EVEN_K, BLOCK_K, False, EV_W)
-    p_row = part_ptr + ((s * T + rows).to(tl.int64)[:, None] * NH + h) * HW
-    tl.store(p_row + dcol[None, :], acc_n, mask=r_m[:, None] & d_m[None, :])
-    tl.store(p_row + D + rc[None, :], acc_r, mask=r_m[:, None] & rc_m[None, :])
-    tl.debug_barrier()
-    tl.atomic_add(cnt_ptr + h * m_tiles + mt, 1, sem="acq_rel")
-
-
-@triton.jit
-def _qsplit_absorb(item, as_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr, cnt_ptr, q_ptr, qr_ptr,
-                   T, NH, D, Dr, Hckv, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh,
-                   INT8: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-                   BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, KSPLIT: tl.constexpr):
-    """Absorption item (head h, token tile mt, W_UK column chunk c) of :func:`_query_split_kernel`: issues its
-    W_UK[h][:, chunk] loads, waits until the tile's KSPLIT GEMM items have published (``cnt[h, mt] ≥ KSPLIT``),
-    adds their partials in a fixed order (int32: exact), rounds qc = dt(dequant(sum)) as the one-program kernel
-    does, stores ``query[rows, h, chunk] = qc @ W_UK[h][:, chunk]``; chunk 0 also does the rope columns (RoPE →
-    ``query_rope``). Then ``cnt += 1``; the tile's last absorption item resets it to 0 (the buffer stays zeroed)."""
-    dt = qr_ptr.dtype.element_ty
-    m_tiles = tl.cdiv(T, BLOCK_M)
-    n_c = tl.cdiv(Hckv, BLOCK_C)
-    h = item // (m_tiles * n_c)
-    mt = (item // n_c) % m_tiles
-    c0 = (item % n_c) * BLOCK_C
-    HW = D + Dr
-    h64 = tl.full([], h, tl.int64)
-    dcol = tl.arange(0, BLOCK_D)
-    d_m = dcol < D
-    rc = tl.arange(0, BLOCK_R)
-    rc_m = rc < Dr
-    rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
-    r_m = rows < T
-    rw = (rows % T).to(tl.int64)
-    u = _load_uk(wuk_ptr, h64 * s_uh, dcol, d_m, c0, Hckv, s_ud, s_uc, BLOCK_C)
-    cnt = cnt_ptr + h * m_tiles + mt
-    seen = tl.load(cnt, volatile=True)
-    while seen < KSPLIT:
-        seen = tl.load(cnt, volatile=True)
-    tl.atomic_add(cnt, 0, sem="acquire")
-    p_row = part_ptr + (rows.to(tl.int64)[:, None] * NH + h) * HW
-    if INT8:
-        xs = tl.load(as_ptr + rw, cache_modifier=".cg")
-        acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.int32)
+        wsc_q = 1.0
+    if HAS_SMOOTH:
+        sm = tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
     else:
-        xs = 1.0
-        acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-    for s in range(0, KSPLIT):
-        acc_n += tl.load(p_row + s * T * NH * HW + dcol[None, :], mask=r_m[:, None] & d_m[None, :], other=0,
-                         cache_modifier=".cg")
-    qc = _q_round(acc_n, wsc_ptr, (h * HW + dcol % D).to(tl.int64), d_m, xs, dt, INT8, False)
-    _absorb_pre(qc, u, q_ptr + rows.to(tl.int64)[:, None] * s_qt + h64 * s_qh, r_m, c0, Hckv, IEEE, BLOCK_M,
-                BLOCK_C)
-    if c0 == 0:
-        if INT8:
-            acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.int32)
+        sm = 1.0
+    for t in range(t_lo, t_hi):
+        tq = tl.full([], t, tl.int64)
+        if ROW_INT8:
+            xs = tl.load(xs_ptr + tq)
         else:
-            acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-        for s in range(0, KSPLIT):
-            acc_r += tl.load(p_row + s * T * NH * HW + D + rc[None, :], mask=r_m[:, None] & rc_m[None, :], other=0,
-                             cache_modifier=".cg")
-        rcw = rc % Dr
-        qr = _q_round(acc_r, wsc_ptr, (h * HW + D + rcw).to(tl.int64), rc_m, xs, dt, INT8, False)
-        P, Q = _rope_pq(rc, rc_m, Dr, dt, False)
-        out = _rope_out(qr, P, Q, cos_ptr, sin_ptr, rw, r_m, rc, rc_m, rcw, s_cos_t, s_cos_d, s_sin_t, s_sin_d,
-                        IEEE, False)
-        qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h64 * s_qrh
-        tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
-    done = tl.atomic_add(cnt, 1, sem="acq_rel")
-    if done == KSPLIT + n_c - 1:
-        tl.atomic_xchg(cnt, 0)
-
-
-@triton.jit
-def _qsplit_item(pid, n_gemm, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr, cnt_ptr, q_ptr,
-                 qr_ptr, T, Hcq, NH, D, Dr, Hckv, K_PER, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t, s_sin_d,
-                 s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8: tl.constexpr, IEEE: tl.constexpr,
-                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
-                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, KSPLIT: tl.constexpr, EV_W: tl.constexpr):
-    """Program ``pid`` of the split query launch: GEMM items first (``pid < n_gemm``), then absorption items."""
-    if pid < n_gemm:
-        _qsplit_gemm(pid, a_ptr, w_ptr, part_ptr, cnt_ptr, T, Hcq, NH, D, Dr, K_PER, s_at, s_ak, s_wk, s_wn,
-                     INT8, IEEE, EVEN_K, BLOCK_M, BLOCK_K, BLOCK_D, BLOCK_R, KSPLIT, EV_W)
-    else:
-        _qsplit_absorb(pid - n_gemm, as_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr, cnt_ptr, q_ptr, qr_ptr,
-                       T, NH, D, Dr, Hckv, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt,
-                       s_qrh, INT8, IEEE, BLOCK_M, BLOCK_D, BLOCK_R, BLOCK_C, KSPLIT)
-
-
-@triton.jit
-def _query_split_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr, cnt_ptr, q_ptr, qr_ptr,
-                        T, Hcq, NH, D, Dr, Hckv, K_PER, n_gemm,
-                        s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d,
-                        s_qt, s_qh, s_qrt, s_qrh,
-                        INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-                        KSPLIT: tl.constexpr, EV_W: tl.constexpr = ""):
-    """Query config ``k_split`` n (CUDA, not the full + C8 mode): the work of :func:`_query_kernel` as
-    NH·m_tiles·n GEMM items (each a 1/n K range of a head's GEMM: n× the programs streaming W_UQ_QR, whose
-    one-program-per-head form keeps about one program per SM) followed by NH·m_tiles·cdiv(Hckv, BLOCK_C)
-    absorption items, which issue their W_UK loads before waiting on the tile's counter, so W_UK streams while the
-    GEMM items finish. One launch, no host sync; the counters (``cnt``, zeroed, NH·m_tiles) are left zeroed.
-    Progress: an absorption item waits only on GEMM items, whose program ids are all lower, so all of them have
-    been scheduled before it (the same in-order assumption as a decoupled look-back scan); the interpreter runs
-    programs in order."""
-    _qsplit_item(tl.program_id(0), n_gemm, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr,
-                 cnt_ptr, q_ptr, qr_ptr, T, Hcq, NH, D, Dr, Hckv, K_PER, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc,
-                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
-                 BLOCK_D, BLOCK_R, BLOCK_C, KSPLIT, EV_W)
+            xs = 1.0
+        acc_q = _partial_sum(ws_ptr, tq * CT, cq_c, cq_m, SPLIT_K, TCT)
+        _row_cq(acc_q, wsc_q, xs, g_q, sm, cq_c, cq_m, tq, Hcq, eps_cq, a_ptr, as_ptr, s_at, dt,
+                ROW_INT8, INT8, HAS_SMOOTH, BLOCK_Q, False)
 
 
 @triton.jit
@@ -868,7 +755,7 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
                       INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
                       BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr,
-                      part_ptr, cnt_ptr, K_PER, n_gemm, KSPLIT: tl.constexpr = 0):
+                      cnt_ptr, EARLY_UK: tl.constexpr = False, ROW_WAIT: tl.constexpr = False):
     """Row kernel + query kernel in ONE launch (CUDA, config ``fuse_row_max_t``; only when one token tile covers
     T, i.e. T ≤ BLOCK_M): saves the row kernel's launch and its latency-bound ~3-5 µs at decode.
     Programs ``pid < n_q`` (= the query kernel's work items, one each): first the cq → cqn rows of ALL T tokens
@@ -877,49 +764,55 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
     buffers), a CTA barrier (its own stores are then visible to all its threads; rows it reads were written by
     itself), then :func:`_query_body`. Programs ``pid ≥ n_q``: the ckv / kr → cache part of the row kernel, one
     token per program. Work per query program grows with T (the cq rows are recomputed by every head), hence
-    the small-T limit. KSPLIT ≥ 1 (config ``k_split``): the query programs are :func:`_query_split_kernel`'s items
-    (``n_gemm`` GEMM items, which recompute the rows, then the absorption items, which need none)."""
+    the small-T limit.
+    ROW_WAIT (config ``fuse_row_wait_max_t``, any T): instead of recomputing, programs ``pid < T`` write token pid's
+    cq → cqn row and add 1 to the zeroed counter ``cnt`` (acq_rel, after a CTA barrier); the next ``n_q`` programs
+    wait until it reaches T (an acquire), run their query item and count themselves done (the last resets ``cnt``
+    to 0); then the T cache programs. A waiting program waits only on lower program ids, all scheduled before it
+    (the in-order assumption of a decoupled look-back scan); the interpreter runs programs in order.
+    EARLY_UK (config ``early_uk``): the query program's first min(PRE_UK, 2) W_UK chunks are loaded before the
+    rows are recomputed / waited for (they stream meanwhile)."""
     pid = tl.program_id(0)
     dt = qr_ptr.dtype.element_ty
-    if KSPLIT > 0:
-        n_g = n_gemm
-    else:
-        n_g = n_q
-    if pid >= n_g and pid < n_q:   # absorption items (only with KSPLIT)
-        if KSPLIT > 0:
-            _qsplit_absorb(pid - n_gemm, as_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, part_ptr, cnt_ptr, q_ptr,
-                           qr_ptr, T, NH, D, Dr, Hckv, s_uh, s_ud, s_uc, s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh,
-                           s_qrt, s_qrh, INT8, IEEE, BLOCK_M, BLOCK_D, BLOCK_R, BLOCK_C, KSPLIT)
-    elif pid < n_q:
-        cq_c = tl.arange(0, BLOCK_Q)
-        cq_m = cq_c < Hcq
-        g_q = tl.load(gq_ptr + cq_c, mask=cq_m, other=0.0).to(tl.float32)
-        if ROW_INT8:
-            wsc_q = tl.load(wsdq_ptr + cq_c, mask=cq_m, other=0.0)
-        else:
-            wsc_q = 1.0
-        if HAS_SMOOTH:
-            sm = tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
-        else:
-            sm = 1.0
-        for t in range(0, T):
-            tq = tl.full([], t, tl.int64)
-            if ROW_INT8:
-                xs = tl.load(xs_ptr + tq)
-            else:
-                xs = 1.0
-            acc_q = _partial_sum(ws_ptr, tq * CT, cq_c, cq_m, SPLIT_K, TCT)
-            _row_cq(acc_q, wsc_q, xs, g_q, sm, cq_c, cq_m, tq, Hcq, eps_cq, a_ptr, as_ptr, s_at, dt,
-                    ROW_INT8, INT8, HAS_SMOOTH, BLOCK_Q, False)
-        tl.debug_barrier()
-        if KSPLIT > 0:
-            _qsplit_gemm(pid, a_ptr, w_ptr, part_ptr, cnt_ptr, T, Hcq, NH, D, Dr, K_PER, s_at, s_ak, s_wk, s_wn,
-                         INT8, IEEE, EVEN_K, BLOCK_M, BLOCK_K, BLOCK_D, BLOCK_R, KSPLIT, EV_W)
-        else:
-            _query_body(pid, n_q, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr,
-                        dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t,
-                        s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
-                        BLOCK_D, BLOCK_R, BLOCK_C, False, PRE_UK, EV_W)
+    q_lo = 0          # the query programs' first pid
+    if ROW_WAIT:
+        q_lo = T
+    if pid < q_lo:    # ROW_WAIT: the cq → cqn row of token pid, then publish it
+        if ROW_WAIT:
+            _cq_rows(pid, pid + 1, ws_ptr, xs_ptr, wsdq_ptr, gq_ptr, smooth_ptr, a_ptr, as_ptr, CT, TCT, Hcq, s_at,
+                     eps_cq, dt, SPLIT_K, ROW_INT8, INT8, HAS_SMOOTH, BLOCK_Q)
+            tl.debug_barrier()
+            tl.atomic_add(cnt_ptr, 1, sem="acq_rel")
+    elif pid < q_lo + n_q:
+        qid = pid - q_lo
+        # EARLY_UK (config early_uk): this program's item is qid (one per program); its head's first W_UK chunks
+        # are loaded now, so they stream during the cq rows' recompute / wait below instead of after it
+        ue0 = 0
+        ue1 = 0
+        if EARLY_UK:
+            dcol_e = tl.arange(0, BLOCK_D)
+            h_e = (qid // tl.cdiv(T, BLOCK_M)).to(tl.int64) * s_uh
+            if PRE_UK >= 1:
+                ue0 = _load_uk(wuk_ptr, h_e, dcol_e, dcol_e < D, 0, Hckv, s_ud, s_uc, BLOCK_C)
+            if PRE_UK >= 2:
+                ue1 = _load_uk(wuk_ptr, h_e, dcol_e, dcol_e < D, BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
+        if ROW_WAIT:   # wait for the T row programs (lower pids: scheduled before this one)
+            seen = tl.load(cnt_ptr, volatile=True)
+            while seen < T:
+                seen = tl.load(cnt_ptr, volatile=True)
+            tl.atomic_add(cnt_ptr, 0, sem="acquire")
+        else:          # recompute all T rows (same bits from every program), then a CTA barrier
+            _cq_rows(0, T, ws_ptr, xs_ptr, wsdq_ptr, gq_ptr, smooth_ptr, a_ptr, as_ptr, CT, TCT, Hcq, s_at,
+                     eps_cq, dt, SPLIT_K, ROW_INT8, INT8, HAS_SMOOTH, BLOCK_Q)
+            tl.debug_barrier()
+        _query_body(qid, n_q, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr,
+                    dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t,
+                    s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
+                    BLOCK_D, BLOCK_R, BLOCK_C, False, PRE_UK, EV_W, ue0, ue1, EARLY_UK)
+        if ROW_WAIT:   # the last query program resets the counter (it stays zeroed between calls)
+            done = tl.atomic_add(cnt_ptr, 1, sem="acq_rel")
+            if done == T + n_q - 1:
+                tl.atomic_xchg(cnt_ptr, 0)
     else:
         Dr2 = Dr // 2
         kv_c = tl.arange(0, BLOCK_KV)
@@ -936,7 +829,7 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
             wsc_kv = 1.0
             wsc_e = 1.0
             wsc_o = 1.0
-        for t in range(pid - n_q, T, tl.num_programs(0) - n_q):
+        for t in range(pid - q_lo - n_q, T, tl.num_programs(0) - q_lo - n_q):
             tq = tl.full([], t, tl.int64)
             row = tq * CT + Hcq
             if ROW_INT8:
@@ -1065,22 +958,14 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     # fuse_row_max_t (CUDA): row + query kernels in one launch when T ≤ it and one token tile covers T (no grid cap)
     fuse = key == "cuda" and 0 < T <= int(q.get("fuse_row_max_t", qc.get("fuse_row_max_t", 0))) and \
         _cdiv(T, qbm) == 1 and int(qc.get("grid_cap", 0)) == 0
-    q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0), FUSE_ROW=int(fuse),
+    # fuse_row_wait_max_t (CUDA): else, at T ≤ it, one launch whose T row programs come first and whose query
+    # programs wait on a counter for them (any number of token tiles)
+    row_wait = key == "cuda" and not fuse and 0 < T <= int(q.get("fuse_row_wait_max_t",
+                                                                   qc.get("fuse_row_wait_max_t", 0))) and \
+        int(qc.get("grid_cap", 0)) == 0
+    q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0), FUSE_ROW=int(fuse or row_wait), ROW_WAIT=int(row_wait),
              grid=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))),
              EV_W="evict_first" if ev_w else "", _T=T)
-    # k_split n (CUDA, no grid cap): n GEMM items per (head, token tile) + separate absorption items (the launch
-    # falls back to the one-program-per-head kernel in the full + C8 mode, whose absorption needs the row amax)
-    ks = int(q.get("k_split", qc.get("k_split", 0)))
-    if ks < 0:
-        raise ValueError(f"query k_split must be ≥ 0, got {ks}")
-    if ks and key == "cuda" and int(qc.get("grid_cap", 0)) == 0:
-        k_per = _cdiv(_cdiv(Hcq, ks), qbk) * qbk
-        ks = _cdiv(Hcq, k_per)
-        n_tiles = N * _cdiv(T, qbm)
-        q.update(KSPLIT=ks, K_PER=k_per, N_GEMM=n_tiles * ks, N_TILES=n_tiles, EVEN_K_SPLIT=(Hcq % k_per == 0),
-                 grid_split=n_tiles * (ks + _cdiv(Hckv, bc)))
-    else:
-        q["KSPLIT"] = 0
     eb = 1 if int8_query else act_bytes
     epi = (bd * bc + qbm * bd + 2 * br * br + qbm * br) * act_bytes
     per_stage = (qbm * qbk + qbk * (bd + br)) * eb
@@ -1118,7 +1003,6 @@ class _Launch(NamedTuple):
     query_kw: dict
     fuse_grid: tuple = ()    # non-empty: one _row_query_kernel launch replaces the row and query launches
     fuse_kw: dict = {}
-    split_q: tuple = ()      # non-empty (K_PER, n_gemm, n_tiles): the query launch is _query_split_kernel's
 
 
 def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool,
@@ -1140,13 +1024,6 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
     if on_cuda:
         query_kw["num_stages"] = int(q["num_stages"])
     query_grid = (q["grid"],)
-    split_q = ()
-    if q.get("KSPLIT", 0) and not asc and not (full and kv8):
-        query_kw.update(EVEN_K=q["EVEN_K_SPLIT"], KSPLIT=int(q["KSPLIT"]))
-        for k in ("Q8", "ASCEND", "PRE_UK"):
-            query_kw.pop(k)
-        query_grid = (q["grid_split"],)
-        split_q = (int(q["K_PER"]), int(q["N_GEMM"]), int(q["N_TILES"]))
     fuse_grid, fuse_kw = (), {}
     if q.get("FUSE_ROW") and not asc:
         # query constexprs (ASCEND dropped: CUDA only) + the row kernel's; one program per query item, then T
@@ -1154,11 +1031,13 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
         fuse_kw = {k: v for k, v in query_kw.items() if k != "ASCEND"}
         fuse_kw.setdefault("Q8", full and kv8)
         fuse_kw.setdefault("PRE_UK", 0)
+        fuse_kw["EARLY_UK"] = bool(q.get("early_uk", 0)) and fuse_kw["PRE_UK"] > 0
+        fuse_kw["ROW_WAIT"] = bool(q.get("ROW_WAIT", 0))
         fuse_kw.update(SPLIT_K=d["SPLIT_K"], ROW_INT8=full, HAS_SMOOTH=qint8 and has_smooth, KV_INT8=kv8, KR_INT8=kr8,
                        BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_RH=r["BLOCK_R"])
-        fuse_grid = (query_grid[0] + int(q["_T"]),)
+        fuse_grid = (query_grid[0] + int(q["_T"]) * (2 if fuse_kw["ROW_WAIT"] else 1),)
     return _Launch(asc, int(r.get("n_row", r["grid"])), d["SPLIT_K"], d["K_PER_SPLIT"], (d["grid"],), down_kw,
-                   (r["grid"],), row_kw, query_grid, query_kw, fuse_grid, fuse_kw, split_q)
+                   (r["grid"],), row_kw, query_grid, query_kw, fuse_grid, fuse_kw)
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
@@ -1324,13 +1203,6 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     wsuq, _ = _flat_scale(dequant_scale_w_uq_qr)
     q2 = query.reshape(T, N, Hckv)
     qr2 = query_rope.reshape(T, N, Dr)
-    if lp.split_q:   # k_split: partial GEMM sums [KSPLIT, T, N, D + Dr] and one zeroed counter per (head, tile)
-        k_per, n_gemm, n_tiles = lp.split_q
-        part = torch.empty((lp.query_kw["KSPLIT"], T, N, D + Dr), dtype=torch.int32 if qint8 else torch.float32,
-                           device=dev)
-        cnt = _counters(dev, n_tiles)
-    else:
-        k_per, n_gemm, part, cnt = 0, 0, cqs, cqs
     if lp.fuse_grid:   # ---- 2 + 3 in one launch (CUDA, small T) ----
         _row_query_kernel[lp.fuse_grid](
             ws, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
@@ -1344,8 +1216,8 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
             sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1),
             q2.stride(0), q2.stride(1), qr2.stride(0), qr2.stride(1), idx.stride(0),
             kv_w.stride(0), kv_w.stride(1), kv_w.stride(3), kr_w.stride(0), kr_w.stride(1), kr_w.stride(3),
-            s_qsckv, s_qsckr, float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv), lp.fuse_grid[0] - T,
-            part_ptr=part, cnt_ptr=cnt, K_PER=k_per, n_gemm=n_gemm, **lp.fuse_kw)
+            s_qsckv, s_qsckr, float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv), lp.query_grid[0],
+            cnt_ptr=_counters(dev, 1) if lp.fuse_kw["ROW_WAIT"] else cqs, **lp.fuse_kw)
         return query, query_rope, dsq
     _row_kernel[lp.row_grid](
         ws, weight_uk, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,
@@ -1362,16 +1234,6 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         kr_cache.copy_(kr_w)
 
     # ---- 3. query GEMM + absorption + RoPE ----
-    if lp.split_q:
-        _query_split_kernel[lp.query_grid](
-            cqn, cqs, weight_uq_qr, wsuq if qint8 else rmsnorm_gamma_cq, weight_uk, sin, cos, part, cnt, q2, qr2,
-            T, Hcq, N, D, Dr, Hckv, k_per, n_gemm,
-            cqn.stride(0), cqn.stride(1), weight_uq_qr.stride(0), weight_uq_qr.stride(1),
-            weight_uk.stride(0), weight_uk.stride(1), weight_uk.stride(2),
-            sin.stride(0), sin.stride(1), cos.stride(0), cos.stride(1),
-            q2.stride(0), q2.stride(1), qr2.stride(0), qr2.stride(1),
-            **lp.query_kw)
-        return query, query_rope, dsq
     _query_kernel[lp.query_grid](
         cqn, cqs, weight_uq_qr, wsuq if qint8 else rmsnorm_gamma_cq, weight_uk, sin, cos,
         quant_scale_ckv if q8 else rmsnorm_gamma_cq, q2, qr2, dsq if q8 else cqs,
@@ -1496,9 +1358,6 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
 ASCEND_NOT_COMPILED = {
     "_row_query_kernel": "CUDA only: the fused row + query launch (config fuse_row_max_t) is planned only for the "
                          "'cuda' table; it relies on a CTA barrier after global stores that its own threads re-read",
-    "_query_split_kernel": "CUDA only: query config k_split is planned only for the 'cuda' table; its absorption "
-                           "programs wait on counters that lower program ids set, which needs every launched program "
-                           "resident or scheduled in order (the Ascend grid is capped at the core count with a loop)",
 }
 
 
