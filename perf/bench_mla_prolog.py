@@ -89,14 +89,6 @@ SWEEP_MODE_T = {  # extra candidates for (mode, token count)
     ("a8w8", 32): {"query": [{"num_stages": 5}], "row": [{"num_warps": 8}], "down": [{"BLOCK_K": 256, "num_stages": 3}]},
     ("a8w8", 128): {"row": [{"parts": 2, "num_warps": 8}]},
 }
-
-# session 5: early W_UK loads in the fused launch, and the fused launch with row programs the query programs wait for
-_WAIT = {"fuse_row_max_t": 0, "fuse_row_wait_max_t": 1 << 30}
-for _m in ("bf16", "a8w8"):
-    SWEEP_MODE_T[(_m, 1)]["query"][:0] = [{"early_uk": 1}, _WAIT, dict(_WAIT, early_uk=1)]
-    SWEEP_MODE_T[(_m, 32)]["query"][:0] = [{"fuse_row_wait_max_t": 1 << 30},
-                                           {"fuse_row_wait_max_t": 1 << 30, "early_uk": 1}]
-    SWEEP_MODE_T[(_m, 128)].setdefault("query", [])[:0] = [{"fuse_row_wait_max_t": 1 << 30}]
 # the query candidates apply where the JSON's query bucket has one token tile per head (T <= 32); at T = 128 only
 # the SWEEP_MODE_T ones
 QUERY_MAX_T = 32

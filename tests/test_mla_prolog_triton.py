@@ -705,26 +705,21 @@ def test_removed_switches_raise_not_ignored(table_key, sec, key, value, query_cf
 # ----------------------------------------------------------------------------------------------
 # row + query kernels in one launch (config "query": {"fuse_row_max_t": n}, CUDA, T ≤ n and one token tile)
 # ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("early", [0, 1])
 @pytest.mark.parametrize("mode", M.MODES)
 @pytest.mark.parametrize("T", [1, 5])
-def test_fused_row_query_modes_match_reference(mode, T, early, query_cfg, monkeypatch):
+def test_fused_row_query_modes_match_reference(mode, T, query_cfg, monkeypatch):
     """fuse_row_max_t: one _row_query_kernel launch (every query program recomputes the cq → cqn rows into the
-    shared buffer, then its (head, tile) item; T more programs write the kv / kr cache rows) in every mode, with the
-    first W_UK chunks loaded before the row recompute (early_uk) or after; outputs and the cqn buffer poisoned,
-    unused cache slots NaN / random int8 compared bit for bit."""
-    query_cfg("cuda", fuse_row_max_t=8, early_uk=early)
+    shared buffer, then its (head, tile) item; T more programs write the kv / kr cache rows) in every mode;
+    outputs and the cqn buffer poisoned, unused cache slots NaN / random int8 compared bit for bit."""
+    query_cfg("cuda", fuse_row_max_t=8)
     monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
     p = K.plan(T, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda", int8_query=mode != "bf16")
     lp = K._make_launch(p, mode.startswith("a8w8"), mode != "bf16", mode.endswith("c8"), False, False, False, CUDA)
     assert p["query"]["FUSE_ROW"] and lp.fuse_grid == (lp.query_grid[0] + T,)
-    assert lp.fuse_kw["EARLY_UK"] == (bool(early) and mode != "a8w8_c8")   # full + C8: no PRE_UK chunks
     compare(small(mode, T=T, seed=80 + T))
 
 
-@pytest.mark.parametrize("entries", [dict(fuse_row_max_t=8), dict(fuse_row_max_t=8, PRE_UK=1, BLOCK_C=64),
-                                     dict(fuse_row_max_t=8, early_uk=1), dict(fuse_row_max_t=8, early_uk=1, PRE_UK=1,
-                                                                              BLOCK_C=64)])
+@pytest.mark.parametrize("entries", [dict(fuse_row_max_t=8), dict(fuse_row_max_t=8, PRE_UK=1, BLOCK_C=64)])
 @pytest.mark.parametrize("mode", ["bf16", "a8w8_c8", "partial"])
 def test_fused_row_query_odd_dims_split_k_and_options(mode, entries, query_cfg, monkeypatch):
     """Fused launch with the default / fewer PRE_UK chunks and narrower ones, dims that are not powers of two
@@ -754,52 +749,3 @@ def test_P2_P3_fused_row_query_out_of_range_never_writes(mode, query_cfg, monkey
     query_cfg("cuda", fuse_row_max_t=8)
     monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
     _out_of_range_never_writes(mode, seed=83)
-
-
-# ----------------------------------------------------------------------------------------------
-# row + query in one launch with dedicated row programs the query programs wait for (config fuse_row_wait_max_t)
-# ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("early", [0, 1])
-@pytest.mark.parametrize("mode", M.MODES)
-@pytest.mark.parametrize("T", [1, 19])
-def test_fused_row_wait_modes_match_reference(mode, T, early, query_cfg, monkeypatch):
-    """fuse_row_wait_max_t: T row programs write cqn and count themselves on a zeroed counter, the query programs
-    (two token tiles at T = 19) wait for it, T cache programs follow; every mode, early W_UK loads on / off.
-    Outputs and the cqn buffer poisoned, unused cache slots NaN / random int8 compared bit for bit; the counter is
-    zero again afterwards."""
-    query_cfg("cuda", fuse_row_max_t=0, fuse_row_wait_max_t=64, early_uk=early, BLOCK_M=16)
-    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
-    p = K.plan(T, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda", int8_query=mode != "bf16")
-    lp = K._make_launch(p, mode.startswith("a8w8"), mode != "bf16", mode.endswith("c8"), False, False, False, CUDA)
-    assert p["query"]["ROW_WAIT"] and lp.fuse_kw["ROW_WAIT"] and lp.fuse_grid == (lp.query_grid[0] + 2 * T,)
-    assert lp.query_grid == (2 * -(-T // 16),)
-    compare(small(mode, T=T, seed=94 + T))
-    from ops.triton import _common
-    for buf, _ in _common._COUNTERS.values():
-        assert int(buf.abs().sum()) == 0, "the row-wait counter was not reset"
-
-
-@pytest.mark.parametrize("mode", ["bf16", "a8w8_c8", "partial"])
-def test_fused_row_wait_odd_dims_and_precedence(mode, query_cfg, monkeypatch):
-    """Odd dims (masks) and split-K over He 1000 under the row-wait launch; fuse_row_max_t (recompute) wins where
-    both apply, neither on the "ascend" table."""
-    query_cfg("cuda", fuse_row_max_t=2, fuse_row_wait_max_t=8, early_uk=1, PRE_UK=1, BLOCK_C=64)
-    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
-    compare(small(mode, T=3, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=97))
-    compare(small(mode, T=5, He=1000, seed=98))
-
-    def q(T, table="cuda"):
-        return K.plan(T, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key=table)["query"]
-    assert q(2)["FUSE_ROW"] and not q(2)["ROW_WAIT"]
-    assert q(3)["FUSE_ROW"] and q(3)["ROW_WAIT"] and not q(9)["FUSE_ROW"]
-    assert not K.plan(3, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="ascend",
-                      overrides={"query": {"fuse_row_wait_max_t": 8}})["query"]["FUSE_ROW"]
-
-
-@pytest.mark.parametrize("mode", ["bf16", "partial_c8"])
-def test_P2_P3_fused_row_wait_out_of_range_never_writes(mode, query_cfg, monkeypatch):
-    """Row-wait launch, checks off: −1 / out-of-range cache ids never written."""
-    monkeypatch.setenv("DS_OPS_CHECKS", "0")
-    query_cfg("cuda", fuse_row_max_t=0, fuse_row_wait_max_t=64)
-    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
-    _out_of_range_never_writes(mode, seed=99)

@@ -64,8 +64,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (backend_key as _backend_key, cdiv as _cdiv, counters as _counters, load_configs,
-                      next_power_of_2 as _np2, sm_count as _sm_count)
+from ._common import (backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
+                      sm_count as _sm_count)
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -491,19 +491,19 @@ def _absorb_pre(qc, u, q_row, r_m, c0, Hckv, IEEE: tl.constexpr, BLOCK_M: tl.con
 
 
 @triton.jit
-def _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, k_lo, k_hi, rk, r_m, d_m, rc_m, s_ak, s_wk,
+def _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, Hcq, rk, r_m, d_m, rc_m, s_ak, s_wk,
               INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr,
               ASCEND: tl.constexpr, EV_W: tl.constexpr):
-    """acc_n += a @ W_nope, acc_r += a @ W_rope over Hcq rows [k_lo, k_hi) (the pointers start at k_lo);
-    EVEN_K: no K mask (k_hi − k_lo is a multiple of BLOCK_K)."""
-    for k in range(k_lo, k_hi, BLOCK_K):
+    """The query GEMM's K loop: acc_n += cqn @ W_nope, acc_r += cqn @ W_rope over the Hcq rows; EVEN_K: no K
+    mask (Hcq is a multiple of BLOCK_K)."""
+    for k in range(0, Hcq, BLOCK_K):
         if ASCEND:
             if EVEN_K:
                 a = tl.load(a_ptrs, mask=r_m[:, None], other=0)
                 bn = tl.load(bn_ptrs, mask=d_m[None, :], other=0)
                 br = tl.load(br_ptrs, mask=rc_m[None, :], other=0)
             else:
-                km = (k + rk) < k_hi
+                km = (k + rk) < Hcq
                 a = tl.load(a_ptrs, mask=r_m[:, None] & km[None, :], other=0)
                 bn = tl.load(bn_ptrs, mask=km[:, None] & d_m[None, :], other=0)
                 br = tl.load(br_ptrs, mask=km[:, None] & rc_m[None, :], other=0)
@@ -512,7 +512,7 @@ def _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, k_lo, k_hi, rk, r_m, d_m, 
             bn = tl.load(bn_ptrs, eviction_policy=EV_W)
             br = tl.load(br_ptrs, eviction_policy=EV_W)
         else:
-            km = (k + rk) < k_hi
+            km = (k + rk) < Hcq
             a = tl.load(a_ptrs, mask=km[None, :], other=0)
             bn = tl.load(bn_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
             br = tl.load(br_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
@@ -603,7 +603,7 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
     _query_body(tl.program_id(0), tl.num_programs(0), a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr,
                 qsckv_ptr, q_ptr, qr_ptr, dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc,
                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
-                BLOCK_D, BLOCK_R, BLOCK_C, ASCEND, PRE_UK, EV_W, 0, 0, False)
+                BLOCK_D, BLOCK_R, BLOCK_C, ASCEND, PRE_UK, EV_W)
 
 
 @triton.jit
@@ -612,10 +612,9 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
                 s_qt, s_qh, s_qrt, s_qrh, INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr,
-                EV_W: tl.constexpr, u_e0, u_e1, EARLY_UK: tl.constexpr):
+                EV_W: tl.constexpr):
     """:func:`_query_kernel`'s work items ``pid, pid + nprog, …`` (no defaults: triton 3.6 does not wrap a str
-    default of a nested @jit call as a constexpr). EARLY_UK: the first min(PRE_UK, 2) W_UK chunks were loaded by
-    the caller (``u_e0``, ``u_e1``; one work item per program), else they are loaded here."""
+    default of a nested @jit call as a constexpr)."""
     dt = qr_ptr.dtype.element_ty
     m_tiles = tl.cdiv(T, BLOCK_M)
     HW = D + Dr
@@ -646,15 +645,9 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
         br_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + rope_c[None, :] * s_wn
         h_off = h64 * s_uh
         if PRE_UK >= 1:
-            if EARLY_UK:
-                u0 = u_e0
-            else:
-                u0 = _load_uk(wuk_ptr, h_off, dcol, d_m, 0, Hckv, s_ud, s_uc, BLOCK_C)
+            u0 = _load_uk(wuk_ptr, h_off, dcol, d_m, 0, Hckv, s_ud, s_uc, BLOCK_C)
         if PRE_UK >= 2:
-            if EARLY_UK:
-                u1 = u_e1
-            else:
-                u1 = _load_uk(wuk_ptr, h_off, dcol, d_m, BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
+            u1 = _load_uk(wuk_ptr, h_off, dcol, d_m, BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
         if PRE_UK >= 3:
             u2 = _load_uk(wuk_ptr, h_off, dcol, d_m, 2 * BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
         if PRE_UK >= 4:
@@ -665,7 +658,7 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
         else:
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
             acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-        acc_n, acc_r = _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, 0, Hcq, rk, r_m, d_m, rc_m, s_ak, s_wk,
+        acc_n, acc_r = _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, Hcq, rk, r_m, d_m, rc_m, s_ak, s_wk,
                                  INT8, IEEE, EVEN_K, BLOCK_K, ASCEND, EV_W)
         # ---- dequant + rounding point: [qc ‖ qr] = dt(...) ----
         if INT8:
@@ -754,8 +747,7 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
                       KR_INT8: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_RH: tl.constexpr,
                       INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr,
-                      cnt_ptr, EARLY_UK: tl.constexpr = False, ROW_WAIT: tl.constexpr = False):
+                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr):
     """Row kernel + query kernel in ONE launch (CUDA, config ``fuse_row_max_t``; only when one token tile covers
     T, i.e. T ≤ BLOCK_M): saves the row kernel's launch and its latency-bound ~3-5 µs at decode.
     Programs ``pid < n_q`` (= the query kernel's work items, one each): first the cq → cqn rows of ALL T tokens
@@ -764,55 +756,18 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
     buffers), a CTA barrier (its own stores are then visible to all its threads; rows it reads were written by
     itself), then :func:`_query_body`. Programs ``pid ≥ n_q``: the ckv / kr → cache part of the row kernel, one
     token per program. Work per query program grows with T (the cq rows are recomputed by every head), hence
-    the small-T limit.
-    ROW_WAIT (config ``fuse_row_wait_max_t``, any T): instead of recomputing, programs ``pid < T`` write token pid's
-    cq → cqn row and add 1 to the zeroed counter ``cnt`` (acq_rel, after a CTA barrier); the next ``n_q`` programs
-    wait until it reaches T (an acquire), run their query item and count themselves done (the last resets ``cnt``
-    to 0); then the T cache programs. A waiting program waits only on lower program ids, all scheduled before it
-    (the in-order assumption of a decoupled look-back scan); the interpreter runs programs in order.
-    EARLY_UK (config ``early_uk``): the query program's first min(PRE_UK, 2) W_UK chunks are loaded before the
-    rows are recomputed / waited for (they stream meanwhile)."""
+    the small-T limit."""
     pid = tl.program_id(0)
     dt = qr_ptr.dtype.element_ty
-    q_lo = 0          # the query programs' first pid
-    if ROW_WAIT:
-        q_lo = T
-    if pid < q_lo:    # ROW_WAIT: the cq → cqn row of token pid, then publish it
-        if ROW_WAIT:
-            _cq_rows(pid, pid + 1, ws_ptr, xs_ptr, wsdq_ptr, gq_ptr, smooth_ptr, a_ptr, as_ptr, CT, TCT, Hcq, s_at,
-                     eps_cq, dt, SPLIT_K, ROW_INT8, INT8, HAS_SMOOTH, BLOCK_Q)
-            tl.debug_barrier()
-            tl.atomic_add(cnt_ptr, 1, sem="acq_rel")
-    elif pid < q_lo + n_q:
-        qid = pid - q_lo
-        # EARLY_UK (config early_uk): this program's item is qid (one per program); its head's first W_UK chunks
-        # are loaded now, so they stream during the cq rows' recompute / wait below instead of after it
-        ue0 = 0
-        ue1 = 0
-        if EARLY_UK:
-            dcol_e = tl.arange(0, BLOCK_D)
-            h_e = (qid // tl.cdiv(T, BLOCK_M)).to(tl.int64) * s_uh
-            if PRE_UK >= 1:
-                ue0 = _load_uk(wuk_ptr, h_e, dcol_e, dcol_e < D, 0, Hckv, s_ud, s_uc, BLOCK_C)
-            if PRE_UK >= 2:
-                ue1 = _load_uk(wuk_ptr, h_e, dcol_e, dcol_e < D, BLOCK_C, Hckv, s_ud, s_uc, BLOCK_C)
-        if ROW_WAIT:   # wait for the T row programs (lower pids: scheduled before this one)
-            seen = tl.load(cnt_ptr, volatile=True)
-            while seen < T:
-                seen = tl.load(cnt_ptr, volatile=True)
-            tl.atomic_add(cnt_ptr, 0, sem="acquire")
-        else:          # recompute all T rows (same bits from every program), then a CTA barrier
-            _cq_rows(0, T, ws_ptr, xs_ptr, wsdq_ptr, gq_ptr, smooth_ptr, a_ptr, as_ptr, CT, TCT, Hcq, s_at,
-                     eps_cq, dt, SPLIT_K, ROW_INT8, INT8, HAS_SMOOTH, BLOCK_Q)
-            tl.debug_barrier()
-        _query_body(qid, n_q, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr,
+    if pid < n_q:
+        # every program recomputes all T cq rows (same bits), then a CTA barrier: it reads only rows it wrote
+        _cq_rows(0, T, ws_ptr, xs_ptr, wsdq_ptr, gq_ptr, smooth_ptr, a_ptr, as_ptr, CT, TCT, Hcq, s_at, eps_cq, dt,
+                 SPLIT_K, ROW_INT8, INT8, HAS_SMOOTH, BLOCK_Q)
+        tl.debug_barrier()
+        _query_body(pid, n_q, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr,
                     dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t,
                     s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
-                    BLOCK_D, BLOCK_R, BLOCK_C, False, PRE_UK, EV_W, ue0, ue1, EARLY_UK)
-        if ROW_WAIT:   # the last query program resets the counter (it stays zeroed between calls)
-            done = tl.atomic_add(cnt_ptr, 1, sem="acq_rel")
-            if done == T + n_q - 1:
-                tl.atomic_xchg(cnt_ptr, 0)
+                    BLOCK_D, BLOCK_R, BLOCK_C, False, PRE_UK, EV_W)
     else:
         Dr2 = Dr // 2
         kv_c = tl.arange(0, BLOCK_KV)
@@ -829,7 +784,7 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
             wsc_kv = 1.0
             wsc_e = 1.0
             wsc_o = 1.0
-        for t in range(pid - q_lo - n_q, T, tl.num_programs(0) - q_lo - n_q):
+        for t in range(pid - n_q, T, tl.num_programs(0) - n_q):
             tq = tl.full([], t, tl.int64)
             row = tq * CT + Hcq
             if ROW_INT8:
@@ -958,12 +913,7 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     # fuse_row_max_t (CUDA): row + query kernels in one launch when T ≤ it and one token tile covers T (no grid cap)
     fuse = key == "cuda" and 0 < T <= int(q.get("fuse_row_max_t", qc.get("fuse_row_max_t", 0))) and \
         _cdiv(T, qbm) == 1 and int(qc.get("grid_cap", 0)) == 0
-    # fuse_row_wait_max_t (CUDA): else, at T ≤ it, one launch whose T row programs come first and whose query
-    # programs wait on a counter for them (any number of token tiles)
-    row_wait = key == "cuda" and not fuse and 0 < T <= int(q.get("fuse_row_wait_max_t",
-                                                                   qc.get("fuse_row_wait_max_t", 0))) and \
-        int(qc.get("grid_cap", 0)) == 0
-    q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0), FUSE_ROW=int(fuse or row_wait), ROW_WAIT=int(row_wait),
+    q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0), FUSE_ROW=int(fuse),
              grid=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))),
              EV_W="evict_first" if ev_w else "", _T=T)
     eb = 1 if int8_query else act_bytes
@@ -1029,13 +979,9 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
         # query constexprs (ASCEND dropped: CUDA only) + the row kernel's; one program per query item, then T
         # programs for the ckv / kr → cache part
         fuse_kw = {k: v for k, v in query_kw.items() if k != "ASCEND"}
-        fuse_kw.setdefault("Q8", full and kv8)
-        fuse_kw.setdefault("PRE_UK", 0)
-        fuse_kw["EARLY_UK"] = bool(q.get("early_uk", 0)) and fuse_kw["PRE_UK"] > 0
-        fuse_kw["ROW_WAIT"] = bool(q.get("ROW_WAIT", 0))
         fuse_kw.update(SPLIT_K=d["SPLIT_K"], ROW_INT8=full, HAS_SMOOTH=qint8 and has_smooth, KV_INT8=kv8, KR_INT8=kr8,
                        BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_RH=r["BLOCK_R"])
-        fuse_grid = (query_grid[0] + int(q["_T"]) * (2 if fuse_kw["ROW_WAIT"] else 1),)
+        fuse_grid = (query_grid[0] + int(q["_T"]),)
     return _Launch(asc, int(r.get("n_row", r["grid"])), d["SPLIT_K"], d["K_PER_SPLIT"], (d["grid"],), down_kw,
                    (r["grid"],), row_kw, query_grid, query_kw, fuse_grid, fuse_kw)
 
@@ -1217,7 +1163,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
             q2.stride(0), q2.stride(1), qr2.stride(0), qr2.stride(1), idx.stride(0),
             kv_w.stride(0), kv_w.stride(1), kv_w.stride(3), kr_w.stride(0), kr_w.stride(1), kr_w.stride(3),
             s_qsckv, s_qsckr, float(rmsnorm_epsilon_cq), float(rmsnorm_epsilon_ckv), lp.query_grid[0],
-            cnt_ptr=_counters(dev, 1) if lp.fuse_kw["ROW_WAIT"] else cqs, **lp.fuse_kw)
+            **lp.fuse_kw)
         return query, query_rope, dsq
     _row_kernel[lp.row_grid](
         ws, weight_uk, xs if full else f32_dummy, wsdq if full else f32_dummy, wskv if full else f32_dummy,

@@ -156,7 +156,7 @@ round29)  # session 5: where the query launch's time goes (Nsight Compute): a8w8
   step ncu_qmm_m16 60 $NCU -k regex:_qmm_kernel python3 tests/gpu/ncu_qmm.py --mkn 16,7168,2112
   step pytest_ksplit 60 python3 -m pytest tests/test_mla_prolog_triton.py -q -x -k "k_split"
   ;;
-round30)  # session 5: mla_prolog early W_UK loads + the row-wait fused launch (k_split removed after round 28)
+round30)  # session 5: mla_prolog early W_UK loads + the row-wait fused launch (k_split removed after round 28; both removed after this round: no gain)
   step pytest_fused 120 python3 -m pytest tests/test_mla_prolog_triton.py -q -x -k "row_wait or fused"
   step mla_prolog_sweep5 230 python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 170 --out "$OUT/mla_prolog_sweep5.md"
   ;;
