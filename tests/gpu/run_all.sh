@@ -160,6 +160,10 @@ round30)  # session 5: mla_prolog early W_UK loads + the row-wait fused launch (
   step pytest_fused 120 python3 -m pytest tests/test_mla_prolog_triton.py -q -x -k "row_wait or fused"
   step mla_prolog_sweep5 230 python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 170 --out "$OUT/mla_prolog_sweep5.md"
   ;;
+round31)  # session 5, last: mla_prolog after the query-helper refactor and the removals (defaults unchanged)
+  step check_mla_prolog 110 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step pytest_quant_gpu 100 python3 -m pytest tests/test_quant_triton.py -q -k gpu
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
