@@ -162,7 +162,6 @@ round30)  # session 5: mla_prolog early W_UK loads + the row-wait fused launch (
   ;;
 round31)  # session 5, last: mla_prolog after the query-helper refactor and the removals (defaults unchanged)
   step check_mla_prolog 110 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
-  step pytest_quant_gpu 100 python3 -m pytest tests/test_quant_triton.py -q -k gpu
   ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
