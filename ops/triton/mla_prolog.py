@@ -1304,6 +1304,8 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
 ASCEND_NOT_COMPILED = {
     "_row_query_kernel": "CUDA only: the fused row + query launch (config fuse_row_max_t) is planned only for the "
                          "'cuda' table; it relies on a CTA barrier after global stores that its own threads re-read",
+    "_cq_rows": "CUDA only: the cq-row recompute of _row_query_kernel (the Ascend row kernel inlines the same "
+                "_partial_sum / _row_cq calls)",
 }
 
 
