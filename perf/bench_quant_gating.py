@@ -405,6 +405,36 @@ QMM_GEMV_GROUPS = {
     }),
 }
 
+# Round 9 (session 5; issue 4: qkv_a M 16 / 64 / 128 at 43 / 36 / 29 % of copy). Nsight Compute shows the default M16
+# tile as one 4-warp CTA per SM, latency-bound (tests/gpu/results/session5_ncu_qmm_m16.txt), while a read kernel
+# needs 4-8 programs per SM (stream_floor.md). These are tiny MMA CTAs (1-2 warps, 12-40 KB of shared memory, 5-13
+# resident per SM by the offline sm_90a compile) with K split 4-14 ways so that 4-14 of them stream per SM; the
+# last-arriving split of a tile reduces (int32 counter). Name: t + BMxBNxBK, _wW warps, _sS stages, _kS splits.
+QMM_TINY_GROUPS = {
+    "m16_tiny": dict(Ms=(16,), shapes=[(7168, 2112)], keys=dict(max_m=16, max_n=2560), cands={
+        "t16x16x256_w1_s3_k4": _mm(_qc(16, 16, 256, 1, 3, split=4)),
+        "t16x16x256_w1_s3_k7": _mm(_qc(16, 16, 256, 1, 3, split=7)),
+        "t16x16x256_w1_s4_k7": _mm(_qc(16, 16, 256, 1, 4, split=7)),
+        "t16x16x128_w1_s4_k7": _mm(_qc(16, 16, 128, 1, 4, split=7)),
+        "t16x16x512_w1_s2_k7": _mm(_qc(16, 16, 512, 1, 2, split=7)),
+        "t16x16x256_w2_s3_k7": _mm(_qc(16, 16, 256, 2, 3, split=7)),
+        "t16x32x256_w1_s3_k7": _mm(_qc(16, 32, 256, 1, 3, split=7)),
+        "t16x16x256_w1_s3_k14": _mm(_qc(16, 16, 256, 1, 3, split=14)),
+    }),
+    "m64_tiny": dict(Ms=(64,), shapes=[(7168, 2112)], keys=dict(max_m=64, max_n=2560), cands={
+        "t64x16x128_w1_s4_k7": _qc(64, 16, 128, 1, 4, split=7),
+        "t64x16x256_w1_s3_k4": _qc(64, 16, 256, 1, 3, split=4),
+        "t64x32x128_w2_s3_k7": _qc(64, 32, 128, 2, 3, split=7),
+        "t64x16x128_w1_s4_k14": _qc(64, 16, 128, 1, 4, split=14),
+    }),
+    "m128_tiny": dict(Ms=(128,), shapes=[(7168, 2112)], keys=dict(max_m=128, max_n=2560), cands={
+        "t128x16x128_w2_s3_k7": _qc(128, 16, 128, 2, 3, split=7),
+        "t128x16x128_w2_s3_k4": _qc(128, 16, 128, 2, 3, split=4),
+        "t128x32x128_w4_s3_k7": _qc(128, 32, 128, 4, 3, split=7),
+        "t128x32x128_w2_s3_k7": _qc(128, 32, 128, 2, 3, split=7),
+    }),
+}
+
 # Round 6 (issue 4: decode floors of K7168 N2112 at M 1/16/64/128 and q_b K1536 N24576 at M 128). Earlier rounds:
 # docs/perf/quant_sweep2.md .. quant_sweep5.md (round 5: GEMV, swap-AB, unrolled reductions and persistent grids at
 # M <= 64 all lost to the defaults; its clear losers are gone from this table). Name: BMxBNxBK (tokens x weight
@@ -781,10 +811,10 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="with --sweep2: CPU interpreter, tiny shapes (code check only)")
     ap.add_argument("--sweep2-groups", default="",
                     help="with --sweep2 qmm: comma list of quant_matmul groups to run (default: every group of "
-                         f"QMM_GROUPS; also selectable: {', '.join(QMM_GEMV_GROUPS)})")
+                         f"QMM_GROUPS; also selectable: {', '.join(list(QMM_GEMV_GROUPS) + list(QMM_TINY_GROUPS))})")
     args = ap.parse_args()
     if args.sweep2_groups:
-        pool = dict(QMM_GROUPS, **QMM_GEMV_GROUPS)
+        pool = dict(QMM_GROUPS, **QMM_GEMV_GROUPS, **QMM_TINY_GROUPS)
         want = [g for g in args.sweep2_groups.split(",") if g]
         unknown = [g for g in want if g not in pool]
         if unknown:

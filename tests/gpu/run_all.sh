@@ -163,6 +163,9 @@ round30)  # session 5: mla_prolog early W_UK loads + the row-wait fused launch (
 round31)  # session 5, last: mla_prolog after the query-helper refactor and the removals (defaults unchanged)
   step check_mla_prolog 110 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
   ;;
+round32)  # session 5: quant_matmul qkv_a M 16 / 64 / 128 with tiny MMA CTAs (1-2 warps) split 4-14 ways, several per SM
+  step quant_sweep9 200 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-groups m16_tiny,m64_tiny,m128_tiny --sweep2-budget 120 --out "$OUT/quant_sweep9.md"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
