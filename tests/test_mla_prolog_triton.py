@@ -749,3 +749,43 @@ def test_P2_P3_fused_row_query_out_of_range_never_writes(mode, query_cfg, monkey
     query_cfg("cuda", fuse_row_max_t=8)
     monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
     _out_of_range_never_writes(mode, seed=83)
+
+
+# ----------------------------------------------------------------------------------------------
+# query "split_rope" (CUDA table): a (head, tile)'s rope columns + RoPE as work items of their own
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", M.MODES)
+@pytest.mark.parametrize("T,fuse", [(1, 8), (5, 8), (19, 0)])
+def test_query_split_rope_modes_match_reference(mode, T, fuse, query_cfg, monkeypatch):
+    """split_rope: twice the query items (nope columns + absorption, then rope columns + RoPE), fused with the row
+    kernel at T ≤ 8, two token tiles at T = 19; PRE_UK is dropped; full + C8 (whose rope output is divided by the
+    nope amax) keeps the one-item-per-head kernel. Outputs poisoned, unused cache slots compared bit for bit."""
+    query_cfg("cuda", fuse_row_max_t=fuse, split_rope=1, BLOCK_M=16, PRE_UK=2)
+    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    p = K.plan(T, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda", int8_query=mode != "bf16")
+    lp = K._make_launch(p, mode.startswith("a8w8"), mode != "bf16", mode.endswith("c8"), False, False, False, CUDA)
+    tiles = 2 * -(-T // 16)
+    c8q = mode == "a8w8_c8"
+    assert p["query"]["SPLIT_R"] and p["query"]["PRE_UK"] == 0
+    assert lp.query_grid == ((1 if c8q else 2) * tiles,) and lp.query_kw.get("SPLIT_R", False) != c8q
+    assert bool(lp.fuse_grid) == (T <= fuse)
+    compare(small(mode, T=T, seed=100 + T))
+
+
+@pytest.mark.parametrize("mode", ["bf16", "partial", "a8w8"])
+def test_query_split_rope_odd_dims_and_only_on_cuda(mode, query_cfg, monkeypatch):
+    """Odd D / Dr / Hckv (masks) and a K tail with split_rope; the "ascend" table never splits."""
+    query_cfg("cuda", split_rope=1, BLOCK_K=32, fuse_row_max_t=0)
+    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    compare(small(mode, T=3, N=3, He=40, Hcq=72, Hckv=80, D=48, Dr=24, block_size=4, seed=103))
+    assert not K.plan(1, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="ascend",
+                      overrides={"query": {"split_rope": 1}})["query"]["SPLIT_R"]
+
+
+@pytest.mark.parametrize("mode", ["bf16", "partial_c8"])
+def test_P2_P3_query_split_rope_out_of_range_never_writes(mode, query_cfg, monkeypatch):
+    """split_rope (fused at T ≤ 8), checks off: −1 / out-of-range cache ids never written."""
+    monkeypatch.setenv("DS_OPS_CHECKS", "0")
+    query_cfg("cuda", fuse_row_max_t=8, split_rope=1)
+    monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+    _out_of_range_never_writes(mode, seed=104)
