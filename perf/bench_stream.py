@@ -45,6 +45,35 @@ def _stream_read(x_ptr, out_ptr, n, per_prog, BLOCK: tl.constexpr):
     tl.store(out_ptr + pid, tl.sum(acc, axis=0))
 
 
+@triton.jit
+def _stream_tiles(x_ptr, out_ptr, n_rows, K_words, rows_per_prog, ROWS: tl.constexpr, BKW: tl.constexpr):
+    """A GEMM program's weight walk without the GEMM: program p owns rows [p·rows_per_prog, …) of a [n_rows,
+    K_words] int32 matrix (a K-major weight: one row = one output column's K bytes) and reads them as [ROWS, BKW]
+    tiles, K-step by K-step (ROWS rows × BKW·4 bytes at a stride of K_words·4), summing what it loads."""
+    pid = tl.program_id(0)
+    acc = tl.zeros([ROWS, BKW], tl.int32)
+    r_lo = pid * rows_per_prog
+    for r0 in range(r_lo, r_lo + rows_per_prog, ROWS):
+        r = r0 + tl.arange(0, ROWS)
+        r_m = (r < n_rows) & (r < r_lo + rows_per_prog)
+        for k in range(0, K_words, BKW):
+            kk = k + tl.arange(0, BKW)
+            acc += tl.load(x_ptr + r.to(tl.int64)[:, None] * K_words + kk[None, :],
+                           mask=r_m[:, None] & (kk < K_words)[None, :], other=0)
+    tl.store(out_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0))
+
+
+# --tiles: the weight walks of the decode kernels that stay below the floor, as pure reads, against a contiguous
+# read of the same bytes by the same number of programs: (what, K bytes, weight rows, rows per program, ROWS, BK
+# bytes, warps). mla_prolog query (A8W8): one program per head = its 192 W_UQ_QR rows of 1536 bytes in 128-byte
+# K-steps; qkv_a M = 16: 16 rows of 7168 bytes per program in 512-byte steps.
+TILE_WALKS = [("mla_prolog query int8 W_UQ_QR, 1 head per program", 1536, 24576, 192, 192, 128, 8),
+              ("same, 96 rows per program (2 per head)", 1536, 24576, 96, 96, 128, 4),
+              ("same, 256-byte K-steps", 1536, 24576, 192, 192, 256, 8),
+              ("qkv_a int8 M16 tile, 16 rows per program", 7168, 2112, 16, 16, 512, 4),
+              ("same, 1024-byte K-steps", 7168, 2112, 16, 16, 1024, 4)]
+
+
 def _read_fn(buf: torch.Tensor, out: torch.Tensor, programs: int, warps: int, block: int):
     n = buf.numel()
     per = triton.cdiv(triton.cdiv(n, programs), block) * block
@@ -55,6 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="markdown file for the table (default: stdout only)")
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny sizes")
+    ap.add_argument("--tiles", action="store_true", help="only the TILE_WALKS table (weight walks vs contiguous)")
     a = ap.parse_args()
     lines: list[str] = []
 
@@ -86,8 +116,12 @@ def main() -> None:
     emit(f"{name}, torch {torch.__version__}, triton {triton.__version__}, {sms} SMs; "
          f"device copy (1 GiB) {copy_gbs:.0f} GB/s. Command: `python3 perf/bench_stream.py {' '.join(sys.argv[1:])}`")
     emit()
-    emit("| bytes | what | kernel | µs | GB/s read | % of copy BW | 50 % floor µs |")
-    emit("|---|---|---|---|---|---|---|")
+    if a.tiles:
+        _tile_table(emit, dev, sms, timer, copy_gbs, a.smoke)
+        sizes = []
+    else:
+        emit("| bytes | what | kernel | µs | GB/s read | % of copy BW | 50 % floor µs |")
+        emit("|---|---|---|---|---|---|---|")
     for what, nbytes in sizes:
         words = nbytes // 4
         copies = max(1, min(16, -(-2 * L2_BYTES // max(nbytes, 1)) + 1))
@@ -114,6 +148,33 @@ def main() -> None:
     if a.out:
         with open(a.out, "w") as f:
             f.write("\n".join(lines) + "\n")
+
+
+def _tile_table(emit, dev, sms, timer, copy_gbs, smoke) -> None:
+    """TILE_WALKS: each weight walk as a pure read, and the same bytes read contiguously by as many programs."""
+    emit("| walk | bytes | programs | tiled walk µs | GB/s | contiguous read (same programs, ~same bytes per step) µs | GB/s |")
+    emit("|---|---|---|---|---|---|---|")
+    for what, kb, n_rows, rpp, rows, bk, w in TILE_WALKS:
+        if smoke:
+            kb, n_rows, rpp, rows = 256, 64, 16, 16
+            bk = min(bk, 128)
+        kw, nbytes = kb // 4, kb * n_rows
+        progs = -(-n_rows // rpp)
+        copies = max(1, min(16, -(-2 * L2_BYTES // nbytes) + 1))
+        bufs = [torch.randint(-2**30, 2**30, (n_rows * kw,), dtype=torch.int32, device=dev) for _ in range(copies)]
+        out = torch.empty(progs, dtype=torch.int32, device=dev)
+        t_tile = timer([lambda b=b: _stream_tiles[(progs,)](b, out, n_rows, kw, rpp, ROWS=rows, BKW=bk // 4,
+                                                            num_warps=w) for b in bufs])
+        if not smoke:   # the walk really summed program 0's rows
+            _stream_tiles[(progs,)](bufs[0], out, n_rows, kw, rpp, ROWS=rows, BKW=bk // 4, num_warps=w)
+            ref = bufs[0][: rpp * kw].sum(dtype=torch.int64).item()
+            assert (ref - out[0].item()) % 2**32 == 0, "stream_tiles sum mismatch"
+        blk = min(8192, triton.next_power_of_2(rows * bk // 4))   # about the walk's bytes per step
+        t_cont = timer([_read_fn(b, out, progs, w, blk) for b in bufs])
+        emit(f"| {what} ({rows} rows × {bk} B per step, {w} warps) | {nbytes / 1e6:.1f} MB | {progs} "
+             f"({progs / sms:.2f}/SM) | {t_tile:.2f} | {nbytes / t_tile / 1e3:.0f} | {t_cont:.2f} | "
+             f"{nbytes / t_cont / 1e3:.0f} |")
+        del bufs
 
 
 if __name__ == "__main__":

@@ -170,6 +170,9 @@ round33)  # session 5: mla_prolog query split_rope (nope + absorption and rope +
   step pytest_split_rope 120 python3 -m pytest tests/test_mla_prolog_triton.py -q -x -k "split_rope or fused or modes_match"
   step mla_prolog_sweep6 230 python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 170 --out "$OUT/mla_prolog_sweep6.md"
   ;;
+round34)  # session 5: does the K-major weight walk (strided K-steps) stream slower than a contiguous read of the same bytes?
+  step stream_tiles 90 python3 perf/bench_stream.py --tiles --out "$OUT/stream_tiles.md"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
