@@ -65,11 +65,11 @@ def _stream_tiles(x_ptr, out_ptr, n_rows, K_words, rows_per_prog, ROWS: tl.const
 
 # --tiles: the weight walks of the decode kernels that stay below the floor, as pure reads, against a contiguous
 # read of the same bytes by the same number of programs: (what, K bytes, weight rows, rows per program, ROWS, BK
-# bytes, warps). mla_prolog query (A8W8): one program per head = its 192 W_UQ_QR rows of 1536 bytes in 128-byte
+# bytes, warps; ROWS is a power of two ≥ the rows per program, the rest masked). mla_prolog query (A8W8): one program per head = its 192 W_UQ_QR rows of 1536 bytes in 128-byte
 # K-steps; qkv_a M = 16: 16 rows of 7168 bytes per program in 512-byte steps.
-TILE_WALKS = [("mla_prolog query int8 W_UQ_QR, 1 head per program", 1536, 24576, 192, 192, 128, 8),
-              ("same, 96 rows per program (2 per head)", 1536, 24576, 96, 96, 128, 4),
-              ("same, 256-byte K-steps", 1536, 24576, 192, 192, 256, 8),
+TILE_WALKS = [("mla_prolog query int8 W_UQ_QR, 1 head per program", 1536, 24576, 192, 256, 128, 8),
+              ("same, 96 rows per program (2 per head)", 1536, 24576, 96, 128, 128, 4),
+              ("same, 256-byte K-steps", 1536, 24576, 192, 256, 256, 8),
               ("qkv_a int8 M16 tile, 16 rows per program", 7168, 2112, 16, 16, 512, 4),
               ("same, 1024-byte K-steps", 7168, 2112, 16, 16, 1024, 4)]
 
@@ -169,7 +169,7 @@ def _tile_table(emit, dev, sms, timer, copy_gbs, smoke) -> None:
             _stream_tiles[(progs,)](bufs[0], out, n_rows, kw, rpp, ROWS=rows, BKW=bk // 4, num_warps=w)
             ref = bufs[0][: rpp * kw].sum(dtype=torch.int64).item()
             assert (ref - out[0].item()) % 2**32 == 0, "stream_tiles sum mismatch"
-        blk = min(8192, triton.next_power_of_2(rows * bk // 4))   # about the walk's bytes per step
+        blk = min(8192, triton.next_power_of_2(rpp * bk // 4))   # about the walk's bytes per step
         t_cont = timer([_read_fn(b, out, progs, w, blk) for b in bufs])
         emit(f"| {what} ({rows} rows × {bk} B per step, {w} warps) | {nbytes / 1e6:.1f} MB | {progs} "
              f"({progs / sms:.2f}/SM) | {t_tile:.2f} | {nbytes / t_tile / 1e3:.0f} | {t_cont:.2f} | "
