@@ -89,15 +89,6 @@ SWEEP_MODE_T = {  # extra candidates for (mode, token count)
     ("a8w8", 32): {"query": [{"num_stages": 5}], "row": [{"num_warps": 8}], "down": [{"BLOCK_K": 256, "num_stages": 3}]},
     ("a8w8", 128): {"row": [{"parts": 2, "num_warps": 8}]},
 }
-# session 5: split_rope (each head's rope columns + RoPE as work items of their own: twice the programs, 4-warp
-# variants fit two per SM by the offline sm_90a compile)
-_SR = {"split_rope": 1, "num_warps": 4, "num_stages": 3, "BLOCK_C": 64}
-for _m in ("bf16", "a8w8"):
-    SWEEP_MODE_T[(_m, 1)]["query"][:0] = [_SR, dict(_SR, num_stages=4), dict(_SR, BLOCK_C=32),
-                                          {"split_rope": 1, "num_stages": 3}]
-    SWEEP_MODE_T[(_m, 32)]["query"][:0] = [_SR, dict(_SR, BLOCK_C=32), {"split_rope": 1, "num_stages": 3}]
-    SWEEP_MODE_T[(_m, 128)].setdefault("query", [])[:0] = [{"split_rope": 1}, dict(_SR, BLOCK_C=32)]
-SWEEP_MODE_T[("a8w8", 1)]["query"].insert(3, dict(_SR, BLOCK_K=64, num_stages=5))
 # the query candidates apply where the JSON's query bucket has one token tile per head (T <= 32); at T = 128 only
 # the SWEEP_MODE_T ones
 QUERY_MAX_T = 32

@@ -493,36 +493,30 @@ def _absorb_pre(qc, u, q_row, r_m, c0, Hckv, IEEE: tl.constexpr, BLOCK_M: tl.con
 @triton.jit
 def _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, Hcq, rk, r_m, d_m, rc_m, s_ak, s_wk,
               INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr,
-              ASCEND: tl.constexpr, EV_W: tl.constexpr, DO_R: tl.constexpr):
-    """The query GEMM's K loop: acc_n += cqn @ W_nope, acc_r += cqn @ W_rope (DO_R) over the Hcq rows; EVEN_K: no
-    K mask (Hcq is a multiple of BLOCK_K)."""
+              ASCEND: tl.constexpr, EV_W: tl.constexpr):
+    """The query GEMM's K loop: acc_n += cqn @ W_nope, acc_r += cqn @ W_rope over the Hcq rows; EVEN_K: no K mask
+    (Hcq is a multiple of BLOCK_K)."""
     for k in range(0, Hcq, BLOCK_K):
         if ASCEND:
             if EVEN_K:
                 a = tl.load(a_ptrs, mask=r_m[:, None], other=0)
                 bn = tl.load(bn_ptrs, mask=d_m[None, :], other=0)
-                if DO_R:
-                    br = tl.load(br_ptrs, mask=rc_m[None, :], other=0)
+                br = tl.load(br_ptrs, mask=rc_m[None, :], other=0)
             else:
                 km = (k + rk) < Hcq
                 a = tl.load(a_ptrs, mask=r_m[:, None] & km[None, :], other=0)
                 bn = tl.load(bn_ptrs, mask=km[:, None] & d_m[None, :], other=0)
-                if DO_R:
-                    br = tl.load(br_ptrs, mask=km[:, None] & rc_m[None, :], other=0)
+                br = tl.load(br_ptrs, mask=km[:, None] & rc_m[None, :], other=0)
         elif EVEN_K:
             a = tl.load(a_ptrs)
             bn = tl.load(bn_ptrs, eviction_policy=EV_W)
-            if DO_R:
-                br = tl.load(br_ptrs, eviction_policy=EV_W)
+            br = tl.load(br_ptrs, eviction_policy=EV_W)
         else:
             km = (k + rk) < Hcq
             a = tl.load(a_ptrs, mask=km[None, :], other=0)
-            bn = tl.load(bn_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
-            if DO_R:
-                br = tl.load(br_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
+            br = tl.load(br_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
         acc_n = _dot(a, bn, acc_n, INT8, IEEE)
-        if DO_R:
-            acc_r = _dot(a, br, acc_r, INT8, IEEE)
+        acc_r = _dot(a, br, acc_r, INT8, IEEE)
         a_ptrs += BLOCK_K * s_ak
         bn_ptrs += BLOCK_K * s_wk
         br_ptrs += BLOCK_K * s_wk
@@ -544,15 +538,14 @@ def _q_round(acc, wsc_ptr, cols, c_m, xs, dt, INT8: tl.constexpr, ASCEND: tl.con
 
 
 @triton.jit
-def _rope_pq(ri, rc, rc_m, Dr, dt, ASCEND: tl.constexpr):
+def _rope_pq(rc, rc_m, Dr, dt, ASCEND: tl.constexpr):
     """RoPE as two exact permutation products on the dt-rounded interleaved qr (one non-zero ±1 per column):
       d = qr @ P   = [x0, x2, …, x1, x3, …]              (de-interleave)
       rot = qr @ Q = [−x1, −x3, …, x0, x2, …]            (rotate_half(d))
-    ``ri``: the row indices ([BLOCK_R], or a wider [BLOCK_D] when qr carries zero columns past Dr: rows ≥ Dr stay 0).
     (CUDA builds them after the K loop: live across it they cost ~64 registers per thread; ASCEND builds the
     same matrices from 1-D source rows / signs: two 2-D compares, not eight (UB))."""
     Dr2 = Dr // 2
-    ii = ri[:, None]
+    ii = rc[:, None]
     if ASCEND:
         src_p = tl.where(rc < Dr2, 2 * rc, 2 * (rc - Dr2) + 1)
         src_q = tl.where(rc < Dr2, 2 * rc + 1, 2 * (rc - Dr2))
@@ -573,7 +566,7 @@ def _rope_out(qr, P, Q, cos_ptr, sin_ptr, rw, r_m, rc, rc_m, rcw, s_cos_t, s_cos
               IEEE: tl.constexpr, ASCEND: tl.constexpr):
     """d·cos + rotate_half(d)·sin in fp32 for the tile's rows (interleaved pairs in, rotate-half out)."""
     BLOCK_M: tl.constexpr = qr.shape[0]
-    BLOCK_R: tl.constexpr = P.shape[1]
+    BLOCK_R: tl.constexpr = qr.shape[1]
     zero = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
     d = _dot(qr, P, zero, False, IEEE)
     rot = _dot(qr, Q, zero, False, IEEE)
@@ -604,8 +597,7 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
                   s_qt, s_qh, s_qrt, s_qrh,
                   INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-                  BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr = 0, EV_W: tl.constexpr = "",
-                  SPLIT_R: tl.constexpr = False):
+                  BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr = 0, EV_W: tl.constexpr = ""):
     """Work item = (head h, token tile), token tile fastest (the head's weights are shared in L2).
     BLOCK_D ≥ D (nope columns), BLOCK_R ≥ Dr (rope columns, read contiguously).
     PRE_UK (0..4, CUDA, not with Q8): the loads of the first PRE_UK W_UK[h] chunks are issued before the
@@ -619,7 +611,7 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
     _query_body(tl.program_id(0), tl.num_programs(0), a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr,
                 qsckv_ptr, q_ptr, qr_ptr, dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc,
                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
-                BLOCK_D, BLOCK_R, BLOCK_C, ASCEND, PRE_UK, EV_W, SPLIT_R)
+                BLOCK_D, BLOCK_R, BLOCK_C, ASCEND, PRE_UK, EV_W)
 
 
 @triton.jit
@@ -628,11 +620,9 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
                 s_qt, s_qh, s_qrt, s_qrh, INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr,
-                EV_W: tl.constexpr, SPLIT_R: tl.constexpr):
+                EV_W: tl.constexpr):
     """:func:`_query_kernel`'s work items ``pid, pid + nprog, …`` (no defaults: triton 3.6 does not wrap a str
-    default of a nested @jit call as a constexpr). SPLIT_R (config ``split_rope``; not with Q8 or PRE_UK): twice
-    the items, a (head, tile)'s nope columns + absorption first, then all rope columns + RoPE as items of their own
-    (no data shared between the two: twice the programs streaming W_UQ_QR, no partial sums)."""
+    default of a nested @jit call as a constexpr)."""
     dt = qr_ptr.dtype.element_ty
     m_tiles = tl.cdiv(T, BLOCK_M)
     HW = D + Dr
@@ -643,22 +633,10 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
     rcw = rc % Dr
     rk = tl.arange(0, BLOCK_K)
     if ASCEND:   # RoPE permutations (CUDA builds them after the K loop: :func:`_rope_pq`)
-        P, Q = _rope_pq(rc, rc, rc_m, Dr, dt, True)
-    if SPLIT_R:
-        tl.static_assert(not Q8 and PRE_UK == 0 and not ASCEND, "split_rope: CUDA, not with Q8 or PRE_UK")
-    n_items = NH * m_tiles
-    if SPLIT_R:
-        n_all = 2 * n_items
-    else:
-        n_all = n_items
-    for item in range(pid, n_all, nprog):
-        if SPLIT_R:
-            it = item % n_items
-            part = item // n_items   # 0: nope columns + absorption, 1: rope columns + RoPE
-        else:
-            it = item
-        h = it // m_tiles
-        mt = it % m_tiles
+        P, Q = _rope_pq(rc, rc_m, Dr, dt, True)
+    for item in range(pid, NH * m_tiles, nprog):
+        h = item // m_tiles
+        mt = item % m_tiles
         h64 = tl.full([], h, tl.int64)
         rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
         r_m = rows < T
@@ -668,10 +646,7 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
             rope_c = (h * HW + D + rc).to(tl.int64)
         else:
             rw = (rows % T).to(tl.int64)
-            if SPLIT_R:   # one K loop over BLOCK_D columns: the nope ones (part 0) or the rope ones, wrapped (part 1)
-                nope_c = (h * HW + tl.where(part == 0, dcol % D, D + dcol % Dr)).to(tl.int64)
-            else:
-                nope_c = (h * HW + dcol % D).to(tl.int64)
+            nope_c = (h * HW + dcol % D).to(tl.int64)
             rope_c = (h * HW + D + rcw).to(tl.int64)
         a_ptrs = a_ptr + rw[:, None] * s_at + rk[None, :] * s_ak
         bn_ptrs = w_ptr + rk.to(tl.int64)[:, None] * s_wk + nope_c[None, :] * s_wn
@@ -692,7 +667,7 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
             acc_n = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
             acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
         acc_n, acc_r = _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, Hcq, rk, r_m, d_m, rc_m, s_ak, s_wk,
-                                 INT8, IEEE, EVEN_K, BLOCK_K, ASCEND, EV_W, not SPLIT_R)
+                                 INT8, IEEE, EVEN_K, BLOCK_K, ASCEND, EV_W)
         # ---- dequant + rounding point: [qc ‖ qr] = dt(...) ----
         if INT8:
             if ASCEND:
@@ -702,57 +677,45 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
         else:
             xs = 1.0
         # ---- absorption: query[t, h] = qc @ W_UK[h]; RoPE: interleaved pairs in, rotate-half out ----
-        if SPLIT_R:
-            if part == 0:
-                qc = _q_round(acc_n, wsc_ptr, nope_c, d_m, xs, dt, INT8, ASCEND)
-                q_row = q_ptr + rows.to(tl.int64)[:, None] * s_qt + h64 * s_qh
-                _absorb_rest(qc, q_row, r_m, 0, wuk_ptr, h_off, dcol, d_m, Hckv, s_ud, s_uc, IEEE, BLOCK_M, BLOCK_C)
-            else:   # the rope columns are acc_n's first Dr: zero the wrapped rest, permute from BLOCK_D rows
-                qr = _q_round(acc_n, wsc_ptr, nope_c, dcol < Dr, xs, dt, INT8, ASCEND)
-                P, Q = _rope_pq(dcol, rc, rc_m, Dr, dt, False)
-                out = _rope_out(qr, P, Q, cos_ptr, sin_ptr, rw, r_m, rc, rc_m, rcw, s_cos_t, s_cos_d, s_sin_t,
-                                s_sin_d, IEEE, ASCEND)
-                qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h64 * s_qrh
-                tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
+        qc = _q_round(acc_n, wsc_ptr, nope_c, d_m, xs, dt, INT8, ASCEND)
+        qr = _q_round(acc_r, wsc_ptr, rope_c, rc_m, xs, dt, INT8, ASCEND)
+        q_row = q_ptr + rows.to(tl.int64)[:, None] * s_qt + h64 * s_qh
+        if Q8:
+            amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            for c0 in range(0, Hckv, BLOCK_C):
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M,
+                                           BLOCK_C)
+                amax = tl.maximum(amax, tl.max(tl.where(c_m[None, :], tl.abs(q), 0.0), axis=1))
+            scale = tl.math.div_rn(amax, tl.full((BLOCK_M,), 127.0, tl.float32))
+            safe = tl.where(scale > 0, scale, 1.0)
+            for c0 in range(0, Hckv, BLOCK_C):
+                q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M,
+                                           BLOCK_C)
+                v = tl.math.div_rn(q, tl.zeros_like(q) + safe[:, None])
+                v = tl.where(scale[:, None] > 0, v, 0.0)
+                tl.store(q_row + cc[None, :], _sat_int8(v, -127.0), mask=r_m[:, None] & c_m[None, :])
+            tl.store(dsq_ptr + rows.to(tl.int64) * NH + h, scale, mask=r_m)
         else:
-            qc = _q_round(acc_n, wsc_ptr, nope_c, d_m, xs, dt, INT8, ASCEND)
-            qr = _q_round(acc_r, wsc_ptr, rope_c, rc_m, xs, dt, INT8, ASCEND)
-            q_row = q_ptr + rows.to(tl.int64)[:, None] * s_qt + h64 * s_qh
-            if Q8:
-                amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-                for c0 in range(0, Hckv, BLOCK_C):
-                    q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M,
-                                               BLOCK_C)
-                    amax = tl.maximum(amax, tl.max(tl.where(c_m[None, :], tl.abs(q), 0.0), axis=1))
-                scale = tl.math.div_rn(amax, tl.full((BLOCK_M,), 127.0, tl.float32))
-                safe = tl.where(scale > 0, scale, 1.0)
-                for c0 in range(0, Hckv, BLOCK_C):
-                    q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M,
-                                               BLOCK_C)
-                    v = tl.math.div_rn(q, tl.zeros_like(q) + safe[:, None])
-                    v = tl.where(scale[:, None] > 0, v, 0.0)
-                    tl.store(q_row + cc[None, :], _sat_int8(v, -127.0), mask=r_m[:, None] & c_m[None, :])
-                tl.store(dsq_ptr + rows.to(tl.int64) * NH + h, scale, mask=r_m)
-            else:
-                if PRE_UK >= 1:
-                    _absorb_pre(qc, u0, q_row, r_m, 0, Hckv, IEEE, BLOCK_M, BLOCK_C)
-                if PRE_UK >= 2:
-                    _absorb_pre(qc, u1, q_row, r_m, BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
-                if PRE_UK >= 3:
-                    _absorb_pre(qc, u2, q_row, r_m, 2 * BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
-                if PRE_UK >= 4:
-                    _absorb_pre(qc, u3, q_row, r_m, 3 * BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
-                _absorb_rest(qc, q_row, r_m, PRE_UK * BLOCK_C, wuk_ptr, h_off, dcol, d_m, Hckv, s_ud, s_uc, IEEE,
-                             BLOCK_M, BLOCK_C)
-            if not ASCEND:
-                P, Q = _rope_pq(rc, rc, rc_m, Dr, dt, False)
-            out = _rope_out(qr, P, Q, cos_ptr, sin_ptr, rw, r_m, rc, rc_m, rcw, s_cos_t, s_cos_d, s_sin_t, s_sin_d,
-                            IEEE, ASCEND)
-            if Q8:
-                qs = tl.load(qsckv_ptr)
-                out = tl.math.div_rn(out * qs, tl.zeros_like(out) + safe[:, None])
-            qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h64 * s_qrh
-            tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
+            if PRE_UK >= 1:
+                _absorb_pre(qc, u0, q_row, r_m, 0, Hckv, IEEE, BLOCK_M, BLOCK_C)
+            if PRE_UK >= 2:
+                _absorb_pre(qc, u1, q_row, r_m, BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
+            if PRE_UK >= 3:
+                _absorb_pre(qc, u2, q_row, r_m, 2 * BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
+            if PRE_UK >= 4:
+                _absorb_pre(qc, u3, q_row, r_m, 3 * BLOCK_C, Hckv, IEEE, BLOCK_M, BLOCK_C)
+            _absorb_rest(qc, q_row, r_m, PRE_UK * BLOCK_C, wuk_ptr, h_off, dcol, d_m, Hckv, s_ud, s_uc, IEEE,
+                         BLOCK_M, BLOCK_C)
+        if not ASCEND:
+            P, Q = _rope_pq(rc, rc_m, Dr, dt, False)
+        out = _rope_out(qr, P, Q, cos_ptr, sin_ptr, rw, r_m, rc, rc_m, rcw, s_cos_t, s_cos_d, s_sin_t, s_sin_d,
+                        IEEE, ASCEND)
+        if Q8:
+            qs = tl.load(qsckv_ptr)
+            out = tl.math.div_rn(out * qs, tl.zeros_like(out) + safe[:, None])
+        qr_row = qr_ptr + rows.to(tl.int64)[:, None] * s_qrt + h64 * s_qrh
+        tl.store(qr_row + rc[None, :], out.to(dt), mask=r_m[:, None] & rc_m[None, :])
+
 
 @triton.jit
 def _cq_rows(t_lo, t_hi, ws_ptr, xs_ptr, wsdq_ptr, gq_ptr, smooth_ptr, a_ptr, as_ptr, CT, TCT, Hcq, s_at, eps_cq, dt,
@@ -792,7 +755,7 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
                       KR_INT8: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_RH: tl.constexpr,
                       INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr, SPLIT_R: tl.constexpr = False):
+                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr):
     """Row kernel + query kernel in ONE launch (CUDA, config ``fuse_row_max_t``; only when one token tile covers
     T, i.e. T ≤ BLOCK_M): saves the row kernel's launch and its latency-bound ~3-5 µs at decode.
     Programs ``pid < n_q`` (= the query kernel's work items, one each): first the cq → cqn rows of ALL T tokens
@@ -812,7 +775,7 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
         _query_body(pid, n_q, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsckv_ptr, q_ptr, qr_ptr,
                     dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc, s_sin_t,
                     s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
-                    BLOCK_D, BLOCK_R, BLOCK_C, False, PRE_UK, EV_W, SPLIT_R)
+                    BLOCK_D, BLOCK_R, BLOCK_C, False, PRE_UK, EV_W)
     else:
         Dr2 = Dr // 2
         kv_c = tl.arange(0, BLOCK_KV)
@@ -958,13 +921,9 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     # fuse_row_max_t (CUDA): row + query kernels in one launch when T ≤ it and one token tile covers T (no grid cap)
     fuse = key == "cuda" and 0 < T <= int(q.get("fuse_row_max_t", qc.get("fuse_row_max_t", 0))) and \
         _cdiv(T, qbm) == 1 and int(qc.get("grid_cap", 0)) == 0
-    # split_rope (CUDA): each (head, tile)'s rope columns + RoPE as work items of their own (twice the programs)
-    split_r = key == "cuda" and bool(q.get("split_rope", qc.get("split_rope", 0)))
     q.update(BLOCK_D=bd, BLOCK_R=br, EVEN_K=(Hcq % qbk == 0), FUSE_ROW=int(fuse),
              grid=_grid(N * _cdiv(T, qbm), int(qc.get("grid_cap", 0))),
-             EV_W="evict_first" if ev_w else "", _T=T, SPLIT_R=int(split_r))
-    if split_r:
-        q["PRE_UK"] = 0
+             EV_W="evict_first" if ev_w else "", _T=T)
     eb = 1 if int8_query else act_bytes
     epi = (bd * bc + qbm * bd + 2 * br * br + qbm * br) * act_bytes
     per_stage = (qbm * qbk + qbk * (bd + br)) * eb
@@ -1023,9 +982,6 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
     if on_cuda:
         query_kw["num_stages"] = int(q["num_stages"])
     query_grid = (q["grid"],)
-    if q.get("SPLIT_R") and not asc and not (full and kv8):   # (full + C8: the rope output needs the nope amax)
-        query_kw["SPLIT_R"] = True
-        query_grid = (2 * q["grid"],)
     fuse_grid, fuse_kw = (), {}
     if q.get("FUSE_ROW") and not asc:
         # query constexprs (ASCEND dropped: CUDA only) + the row kernel's; one program per query item, then T
@@ -1341,13 +1297,11 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                               "s_uc", "s_sin_t", "s_sin_d", "s_cos_t", "s_cos_d", "s_qt", "s_qh", "s_qrt", "s_qrh"):
                         sig[a] = i32
                     for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C",
-                              "ASCEND", "PRE_UK", "EV_W", "SPLIT_R"):
+                              "ASCEND", "PRE_UK", "EV_W"):
                         sig[c] = "constexpr"
-                    split_r = not asc and not q8 and bool(b.get("split_rope", qcfg.get("split_rope", 0)))
                     ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]),
-                              ASCEND=asc, PRE_UK=0 if asc or q8 or split_r else int(b.get("PRE_UK", 0)), EV_W="",
-                              SPLIT_R=split_r)
+                              ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="")
                     ones(sig, ce, ("s_ak", "s_wn", "s_uc", "s_sin_d", "s_cos_d"))
                     cases.append(dict(name=f"mla_prolog_query_t{b['max_t']}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
                                       fn=_query_kernel, signature=sig, constexprs=ce))

@@ -163,10 +163,10 @@ round30)  # session 5: mla_prolog early W_UK loads + the row-wait fused launch (
 round31)  # session 5, last: mla_prolog after the query-helper refactor and the removals (defaults unchanged)
   step check_mla_prolog 110 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
   ;;
-round32)  # session 5: quant_matmul qkv_a M 16 / 64 / 128 with tiny MMA CTAs (1-2 warps) split 4-14 ways, several per SM
+round32)  # session 5: quant_matmul qkv_a M 16 / 64 / 128 with tiny MMA CTAs (1-2 warps) split 4-14 ways, several per SM (all lost: quant_sweep9.md)
   step quant_sweep9 200 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-groups m16_tiny,m64_tiny,m128_tiny --sweep2-budget 120 --out "$OUT/quant_sweep9.md"
   ;;
-round33)  # session 5: mla_prolog query split_rope (nope + absorption and rope + RoPE as separate items, 2 x 4-warp CTAs per SM)
+round33)  # session 5: mla_prolog query split_rope (nope + absorption and rope + RoPE as separate items, 2 x 4-warp CTAs per SM; lost 2-14 µs everywhere, removed)
   step pytest_split_rope 120 python3 -m pytest tests/test_mla_prolog_triton.py -q -x -k "split_rope or fused or modes_match"
   step mla_prolog_sweep6 230 python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 170 --out "$OUT/mla_prolog_sweep6.md"
   ;;
