@@ -514,6 +514,7 @@ def _q_k_loop(a_ptrs, bn_ptrs, br_ptrs, acc_n, acc_r, Hcq, rk, r_m, d_m, rc_m, s
         else:
             km = (k + rk) < Hcq
             a = tl.load(a_ptrs, mask=km[None, :], other=0)
+            bn = tl.load(bn_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
             br = tl.load(br_ptrs, mask=km[:, None], other=0, eviction_policy=EV_W)
         acc_n = _dot(a, bn, acc_n, INT8, IEEE)
         acc_r = _dot(a, br, acc_r, INT8, IEEE)
