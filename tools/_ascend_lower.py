@@ -343,18 +343,25 @@ def check_module(path: str, repo: str, out: str, arch: str) -> dict:
             i_o = flags.index("-o")
             del flags[i_o:i_o + 2]
         entry.update(linalg=os.path.relpath(src, out), dir=os.path.relpath(cdir, out), mix_mode=mix, flags=flags)
+    uncovered = uncovered_kernels(kernels, covered, not_compiled)
+    res["uncovered"] = uncovered
+    if uncovered:
+        res["error"] = (f"@triton.jit kernels {uncovered} are neither in ascend_compile_cases() nor called from a "
+                        "kernel that is (list them in ASCEND_NOT_COMPILED with a reason if the NPU never runs them)")
+    return res
+
+
+def uncovered_kernels(kernels: dict, covered: set, not_compiled: dict) -> list[str]:
+    """Names of the module's @triton.jit functions (``kernels``: name -> function) that no case compiles: neither a
+    case's kernel (``covered``), nor a device helper called (directly or through other helpers) from one, nor listed
+    in ``not_compiled`` (the module's ASCEND_NOT_COMPILED). Pure Python: the project's test venv runs it too."""
     reached = {k for k in covered if k in kernels}
     grew = True
     while grew:  # device helpers called (directly or through other helpers) by a covered kernel are inlined there
         new = {k for k in kernels if k not in reached and _called_by(kernels[k], [kernels[r] for r in reached])}
         reached |= new
         grew = bool(new)
-    uncovered = sorted(k for k in kernels if k not in reached and k not in not_compiled)
-    res["uncovered"] = uncovered
-    if uncovered:
-        res["error"] = (f"@triton.jit kernels {uncovered} are neither in ascend_compile_cases() nor called from a "
-                        "kernel that is (list them in ASCEND_NOT_COMPILED with a reason if the NPU never runs them)")
-    return res
+    return sorted(k for k in kernels if k not in reached and k not in not_compiled)
 
 
 def _called_by(helper, roots) -> bool:
