@@ -687,7 +687,9 @@ def test_P2_P3_cuda_defaults_out_of_range_never_writes(mode, monkeypatch):
 @pytest.mark.parametrize("sec,key,value", [("row", "prefetch_uk", 1), ("row", "prefetch_tail", 1),
                                            ("row", "PF_BLOCK", 8192), ("row", "prefetch_programs_per_core", 2),
                                            ("query", "uk_l2", 1), ("query", "uk_l2_rows", 8),
-                                           ("query", "absorb_split", 2)])
+                                           ("query", "absorb_split", 2), ("query", "k_split", 2),
+                                           ("query", "split_rope", 1), ("query", "early_uk", 1),
+                                           ("query", "fuse_row_wait_max_t", 32)])
 def test_removed_switches_raise_not_ignored(table_key, sec, key, value, query_cfg, row_cfg, monkeypatch):
     """Switches that lost on the H200 everywhere were removed: naming one in an override, a table section or a
     bucket is a ValueError naming it (a sweep must never time a silent no-op as if it were the switch)."""

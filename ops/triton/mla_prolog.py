@@ -42,7 +42,8 @@ buffer; a CTA barrier; it reads only rows it wrote itself), T extra programs do 
 All quant modes of the reference (bf16, partial, full A8W8, and each with C8) run in these three kernels.
 Measured limits per kernel (H200): docs/perf/mla_prolog.md. Switches that lost on the H200 in every measurement
 were removed (session 4: W_UK L2-prefetch programs in the row kernel ``row.prefetch_uk`` / ``prefetch_tail``,
-``query.uk_l2``, ``query.absorb_split``); a config or override that still names one raises ValueError.
+``query.uk_l2``, ``query.absorb_split``; session 5: more programs per head ``query.k_split`` / ``split_rope``,
+``query.early_uk``, ``query.fuse_row_wait_max_t``); a config or override that still names one raises ValueError.
 
 Portability: triton-ascend 3.2 subset; ``tl.dot`` accumulates in fp32 / int32 (``out_dtype=tl.int32`` is
 spelled out), fp32 operands use ``input_precision="ieee"`` (no TF32); divisions and sqrt that set
@@ -859,9 +860,11 @@ def _cached_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, 
 
 
 # config keys of switches that lost on the H200 in every measurement and were removed (docs/perf/mla_prolog.md,
-# session 4): a table or override that still names one is an error, not a silent no-op
+# sessions 4 and 5): a table or override that still names one is an error, not a silent no-op
 _REMOVED_KEYS = {"row": ("prefetch_uk", "prefetch_tail", "prefetch_programs_per_core", "PF_BLOCK"),
-                 "query": ("uk_l2", "uk_l2_rows", "absorb_split")}
+                 "query": ("uk_l2", "uk_l2_rows", "absorb_split",
+                           # session 5 (docs/perf/mla_prolog.md): more programs per head and earlier W_UK loads
+                           "k_split", "split_rope", "early_uk", "fuse_row_wait_max_t")}
 
 
 def _check_removed(cfg: dict, ov: dict) -> None:
@@ -874,7 +877,7 @@ def _check_removed(cfg: dict, ov: dict) -> None:
             for k in keys:
                 if k in d:
                     raise ValueError(f"mla_prolog config {sec}.{k} was removed (it lost on the H200 in every "
-                                     "measurement: docs/perf/mla_prolog.md, session 4)")
+                                     "measurement: docs/perf/mla_prolog.md, sessions 4-5)")
 
 
 def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int,
