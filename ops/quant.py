@@ -273,7 +273,7 @@ QUANT_MATMUL_KN = {
 SPEC_QUANT_MATMUL = OpSpec(
     name="quant_matmul", flops=flops_quant_matmul, bytes=bytes_quant_matmul, make_inputs=make_inputs_quant_matmul,
     shapes={f"{nm}_M{M}": {"M": M, "K": K, "N": N} for nm, (K, N) in QUANT_MATMUL_KN.items()
-            for M in (1, 16, 64, 128, 4096, 16384)},
+            for M in (1, 2, 16, 64, 128, 4096, 16384)},   # M = 2: batch-1 decode with one MTP token
     compute="int8", tolerance="bf16")
 
 quant_matmul = DsOp(

@@ -173,6 +173,9 @@ round33)  # session 5: mla_prolog query split_rope (nope + absorption and rope +
 round34)  # session 5: does the K-major weight walk (strided K-steps) stream slower than a contiguous read of the same bytes?
   step stream_tiles 90 python3 perf/bench_stream.py --tiles --out "$OUT/stream_tiles.md"
   ;;
+round35)  # session 5: the named M = 2 quant_matmul shapes (batch-1 decode with one MTP token) into the report
+  step perf_m2 150 python3 -m perf --device cuda --ops quant_matmul --shapes '*_M2' --no-layer --no-dispatch --out "$OUT/perf_m2"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
