@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import os
 import subprocess
 import sys
-import types
 
 import pytest
 
@@ -107,18 +105,6 @@ def test_discovery_skips_init_and_private_helpers_only(tmp_path):
     assert [f for f, _ in skipped] == ["_common.py"]
 
 
-def _jit_fns(mod) -> dict:
-    """@triton.jit functions defined in ``mod`` by name, as the (name, source) records ``uncovered_kernels`` reads;
-    JITFunction or, under TRITON_INTERPRET, InterpretedFunction (which keeps no ``src``)."""
-    out = {}
-    for val in vars(mod).values():
-        fn = getattr(val, "fn", None)
-        if type(val).__name__ in ("JITFunction", "InterpretedFunction") and \
-                getattr(fn, "__module__", None) == mod.__name__:
-            out[fn.__name__] = types.SimpleNamespace(__name__=fn.__name__, src=inspect.getsource(fn))
-    return out
-
-
 def test_every_jit_function_of_the_kernel_modules_is_covered_or_listed():
     """The coverage rule of tools/_ascend_lower.py, in the test venv (upstream Triton), on every kernel module:
     each @triton.jit function is a case's kernel, a helper one of them calls, or in ASCEND_NOT_COMPILED with a
@@ -132,7 +118,7 @@ def test_every_jit_function_of_the_kernel_modules_is_covered_or_listed():
     assert mods
     for path in mods:
         mod = importlib.import_module("ops.triton." + os.path.splitext(os.path.basename(path))[0])
-        kernels = _jit_fns(mod)
+        kernels = low._jit_functions(mod)
         covered = {low._unwrap(c["fn"]).__name__ for c in mod.ascend_compile_cases()}
         not_compiled = dict(getattr(mod, "ASCEND_NOT_COMPILED", {}) or {})
         assert kernels and covered <= set(kernels), path

@@ -194,23 +194,26 @@ def _import_by_path(path: str, repo: str):
 
 
 def _jit_functions(mod) -> dict:
-    """@triton.jit functions defined in ``mod`` (not imported into it), by name."""
+    """@triton.jit functions defined in ``mod`` (not imported into it), by name: JITFunction objects, or under
+    TRITON_INTERPRET (the project's CPU tests) the InterpretedFunction that @triton.jit returns there."""
     from triton.runtime.jit import JITFunction
 
     out = {}
     for name, val in vars(mod).items():
         fn = _unwrap(val)
-        if isinstance(fn, JITFunction) and getattr(fn.fn, "__module__", None) == mod.__name__:
-            out[fn.__name__] = fn
+        if (isinstance(fn, JITFunction) or type(fn).__name__ == "InterpretedFunction") and \
+                getattr(fn.fn, "__module__", None) == mod.__name__:
+            out[fn.fn.__name__] = fn
     return out
 
 
 def _unwrap(fn):
-    """Autotuner / Heuristics wrappers keep the JITFunction in ``.fn``."""
+    """Autotuner / Heuristics wrappers keep the JITFunction (InterpretedFunction under TRITON_INTERPRET) in ``.fn``."""
     from triton.runtime.jit import JITFunction
 
     seen = 0
-    while not isinstance(fn, JITFunction) and hasattr(fn, "fn") and seen < 8:
+    while not isinstance(fn, JITFunction) and type(fn).__name__ != "InterpretedFunction" and hasattr(fn, "fn") \
+            and seen < 8:
         fn, seen = fn.fn, seen + 1
     return fn
 
@@ -366,11 +369,21 @@ def uncovered_kernels(kernels: dict, covered: set, not_compiled: dict) -> list[s
 
 def _called_by(helper, roots) -> bool:
     """True when ``helper`` is called (by name) from one of the covered kernels: a device helper, inlined there."""
-    name = helper.__name__
+    name = helper.fn.__name__
     for r in roots:
-        if re.search(r"\b%s\s*\(" % re.escape(name), getattr(r, "src", "") or ""):
+        if re.search(r"\b%s\s*\(" % re.escape(name), _source(r)):
             return True
     return False
+
+
+def _source(fn) -> str:
+    """A jit function's source (JITFunction keeps it in ``src``; InterpretedFunction does not)."""
+    src = getattr(fn, "src", None)
+    if src is None:
+        import inspect
+
+        src = inspect.getsource(fn.fn)
+    return src
 
 
 def main(argv=None) -> int:
