@@ -378,6 +378,47 @@ def _row_kv(acc_kv, acc_e, acc_o, wsc_kv, wsc_e, wsc_o, xs, g_kv, c_lo, c_hi, s_
 
 
 @triton.jit
+def _cq_consts(gq_ptr, wsdq_ptr, smooth_ptr, Hcq, INT8: tl.constexpr, HAS_SMOOTH: tl.constexpr,
+               BLOCK_Q: tl.constexpr):
+    """Per-launch constants of the cq → cqn row part: columns, their mask, gamma_cq (fp32), the W_DQ dequant scales
+    (INT8, else 1) and the smooth scales (HAS_SMOOTH, else 1)."""
+    cq_c = tl.arange(0, BLOCK_Q)
+    cq_m = cq_c < Hcq
+    g_q = tl.load(gq_ptr + cq_c, mask=cq_m, other=0.0).to(tl.float32)
+    if INT8:
+        wsc_q = tl.load(wsdq_ptr + cq_c, mask=cq_m, other=0.0)
+    else:
+        wsc_q = 1.0
+    if HAS_SMOOTH:
+        sm = tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
+    else:
+        sm = 1.0
+    return cq_c, cq_m, g_q, wsc_q, sm
+
+
+@triton.jit
+def _kv_consts(gkv_ptr, wskv_ptr, Hckv, Dr2, INT8: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_RH: tl.constexpr):
+    """Per-launch constants of the ckv / kr → cache part: ckv columns and mask, the rope pair index j (< Dr / 2)
+    with its mask and even workspace columns, gamma_ckv (fp32) and the W_DKV_KR dequant scales of the ckv, even
+    and odd rope columns (INT8, else 1)."""
+    kv_c = tl.arange(0, BLOCK_KV)
+    kv_m = kv_c < Hckv
+    j = tl.arange(0, BLOCK_RH)
+    j_m = j < Dr2
+    ev_c = Hckv + 2 * j
+    g_kv = tl.load(gkv_ptr + kv_c, mask=kv_m, other=0.0).to(tl.float32)
+    if INT8:
+        wsc_kv = tl.load(wskv_ptr + kv_c, mask=kv_m, other=0.0)
+        wsc_e = tl.load(wskv_ptr + ev_c, mask=j_m, other=0.0)
+        wsc_o = tl.load(wskv_ptr + ev_c + 1, mask=j_m, other=0.0)
+    else:
+        wsc_kv = 1.0
+        wsc_e = 1.0
+        wsc_o = 1.0
+    return kv_c, kv_m, j, j_m, ev_c, g_kv, wsc_kv, wsc_e, wsc_o
+
+
+@triton.jit
 def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smooth_ptr,
                 sin_ptr, cos_ptr, idx_ptr, kv_ptr, kr_ptr, qsckv_ptr, qsckr_ptr, cqn_ptr, cqs_ptr,
                 T, CT, TCT, Hcq, Hckv, Dr, num_slots, block_size,
@@ -399,29 +440,9 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
     nprog = n_row
     dt = dt_ptr.dtype.element_ty
     Dr2 = Dr // 2
-    cq_c = tl.arange(0, BLOCK_Q)
-    cq_m = cq_c < Hcq
-    kv_c = tl.arange(0, BLOCK_KV)
-    kv_m = kv_c < Hckv
-    j = tl.arange(0, BLOCK_R)
-    j_m = j < Dr2
-    ev_c = Hckv + 2 * j
-    g_q = tl.load(gq_ptr + cq_c, mask=cq_m, other=0.0).to(tl.float32)
-    g_kv = tl.load(gkv_ptr + kv_c, mask=kv_m, other=0.0).to(tl.float32)
-    if INT8:
-        wsc_q = tl.load(wsdq_ptr + cq_c, mask=cq_m, other=0.0)
-        wsc_kv = tl.load(wskv_ptr + kv_c, mask=kv_m, other=0.0)
-        wsc_e = tl.load(wskv_ptr + ev_c, mask=j_m, other=0.0)
-        wsc_o = tl.load(wskv_ptr + ev_c + 1, mask=j_m, other=0.0)
-    else:
-        wsc_q = 1.0
-        wsc_kv = 1.0
-        wsc_e = 1.0
-        wsc_o = 1.0
-    if HAS_SMOOTH:
-        sm = tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
-    else:
-        sm = 1.0
+    cq_c, cq_m, g_q, wsc_q, sm = _cq_consts(gq_ptr, wsdq_ptr, smooth_ptr, Hcq, INT8, HAS_SMOOTH, BLOCK_Q)
+    kv_c, kv_m, j, j_m, ev_c, g_kv, wsc_kv, wsc_e, wsc_o = _kv_consts(gkv_ptr, wskv_ptr, Hckv, Dr2, INT8, BLOCK_KV,
+                                                                      BLOCK_R)
     for item in range(pid, T * PARTS, nprog):
         if PARTS == 1:
             tq = tl.full([], item, tl.int64)
@@ -724,17 +745,7 @@ def _cq_rows(t_lo, t_hi, ws_ptr, xs_ptr, wsdq_ptr, gq_ptr, smooth_ptr, a_ptr, as
              SPLIT_K: tl.constexpr, ROW_INT8: tl.constexpr, INT8: tl.constexpr, HAS_SMOOTH: tl.constexpr,
              BLOCK_Q: tl.constexpr):
     """cq → cqn rows of tokens [t_lo, t_hi) for the fused launch (:func:`_row_cq` with the row kernel's order)."""
-    cq_c = tl.arange(0, BLOCK_Q)
-    cq_m = cq_c < Hcq
-    g_q = tl.load(gq_ptr + cq_c, mask=cq_m, other=0.0).to(tl.float32)
-    if ROW_INT8:
-        wsc_q = tl.load(wsdq_ptr + cq_c, mask=cq_m, other=0.0)
-    else:
-        wsc_q = 1.0
-    if HAS_SMOOTH:
-        sm = tl.load(smooth_ptr + cq_c, mask=cq_m, other=0.0)
-    else:
-        sm = 1.0
+    cq_c, cq_m, g_q, wsc_q, sm = _cq_consts(gq_ptr, wsdq_ptr, smooth_ptr, Hcq, ROW_INT8, HAS_SMOOTH, BLOCK_Q)
     for t in range(t_lo, t_hi):
         tq = tl.full([], t, tl.int64)
         if ROW_INT8:
@@ -780,20 +791,8 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
                     BLOCK_D, BLOCK_R, BLOCK_C, False, PRE_UK, EV_W)
     else:
         Dr2 = Dr // 2
-        kv_c = tl.arange(0, BLOCK_KV)
-        kv_m = kv_c < Hckv
-        j = tl.arange(0, BLOCK_RH)
-        j_m = j < Dr2
-        ev_c = Hckv + 2 * j
-        g_kv = tl.load(gkv_ptr + kv_c, mask=kv_m, other=0.0).to(tl.float32)
-        if ROW_INT8:
-            wsc_kv = tl.load(wskv_ptr + kv_c, mask=kv_m, other=0.0)
-            wsc_e = tl.load(wskv_ptr + ev_c, mask=j_m, other=0.0)
-            wsc_o = tl.load(wskv_ptr + ev_c + 1, mask=j_m, other=0.0)
-        else:
-            wsc_kv = 1.0
-            wsc_e = 1.0
-            wsc_o = 1.0
+        kv_c, kv_m, j, j_m, ev_c, g_kv, wsc_kv, wsc_e, wsc_o = _kv_consts(gkv_ptr, wskv_ptr, Hckv, Dr2, ROW_INT8,
+                                                                          BLOCK_KV, BLOCK_RH)
         for t in range(pid - n_q, T, tl.num_programs(0) - n_q):
             tq = tl.full([], t, tl.int64)
             row = tq * CT + Hcq
