@@ -151,11 +151,13 @@ SHAPE_MEMORY = (64, 1, 16, 4096)
 # decode step; N=32 S_q=1 takes the same tile) and 64 rows (TP2: 64 heads); swept when "cuda_sweep" lists them
 SHAPES_TP = {"tp32": (64, 2, 16, 4096), "tp64": (64, 1, 64, 4096)}
 TP_KINDS = []   # --tp: the TP kinds to sweep as well
+FLOOR_KINDS = ["compute", "memory"]   # --kinds: the floor shapes to sweep (both by default)
 
 
 def sweep_shapes():
     """[(kind, shape)] the sweep covers: the two floor shapes, then the TP shards asked for with --tp."""
-    return [("compute", SHAPE_COMPUTE), ("memory", SHAPE_MEMORY)] + [(k, SHAPES_TP[k]) for k in TP_KINDS]
+    floor = [(k, s) for k, s in (("compute", SHAPE_COMPUTE), ("memory", SHAPE_MEMORY)) if k in FLOOR_KINDS]
+    return floor + [(k, SHAPES_TP[k]) for k in TP_KINDS]
 
 
 def sweep_candidates():
@@ -382,10 +384,15 @@ def main():
     ap.add_argument("--budget", type=float, default=SWEEP_BUDGET_S,
                     help="seconds after which the sweep's optional rows (split counts, multiply) are skipped")
     ap.add_argument("--tp", default="", help="comma list of shapes to sweep too: tp32 (B64 S_q2 N16, 32 rows), tp64 (B64 S_q1 N64, 64 rows)")
+    ap.add_argument("--kinds", default="compute,memory",
+                    help="comma list of the floor shapes to sweep: compute (B64 S_q2 N128), memory (B64 S_q1 N16)")
     ap.add_argument("--smoke", action="store_true",
                     help="dry run of --sweep-only on the CPU (TRITON_INTERPRET=1, fp16, tiny shapes; times mean nothing)")
     a = ap.parse_args()
     TP_KINDS[:] = [k for k in a.tp.split(",") if k]
+    FLOOR_KINDS[:] = [k for k in a.kinds.split(",") if k]
+    if set(FLOOR_KINDS) - {"compute", "memory"}:
+        ap.error(f"--kinds takes compute and/or memory, got {a.kinds!r}")
     SWEEP_BUDGET_S = a.budget
     t0 = time.time()
     if a.smoke:

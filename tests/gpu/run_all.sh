@@ -176,6 +176,9 @@ round34)  # session 5: does the K-major weight walk (strided K-steps) stream slo
 round35)  # session 5: the named M = 2 quant_matmul shapes (batch-1 decode with one MTP token) into the report
   step perf_m2 150 python3 -m perf --device cuda --ops quant_matmul --shapes '*_M2' --no-layer --no-dispatch --out "$OUT/perf_m2"
   ;;
+round36)  # session 6: AMLA wgmma tiles that split O's columns between programs (dv_split 2) at 64 rows per warpgroup
+  step amla_sweep9 240 python3 perf/bench_amla.py "$OUT/amla_sweep9.md" --sweep-only --kinds compute --budget 200
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
