@@ -187,19 +187,23 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
         renew = (mL + n_i > LAZY) | fresh
         n_new = tl.where(renew, tl.floor(0.5 - mL), n_i)
         c32 = tl.exp2(mL + n_new)                           # c = e^m·2^n
-        if ROUND_C:
-            c_r = c32.to(p_dtype).to(tl.float32)            # CANN rounds c to the KV dtype ...
-        else:
-            c_r = c32
-        cof = c32 / c_r                                     # ... and compensates the rounding below
         dn = tl.where(fresh, 0.0, n_new - n_i)
         dn = tl.maximum(dn, -30.0)                          # shift clamp
         dn_i = dn.to(tl.int32)
         pow2 = ((dn_i + 127) << 23).to(tl.float32, bitcast=True)   # exactly 2^dn
-        ratio = cof_i / cof
-        comp = 1.5 * (ratio - 1.0)                          # compensation term
-        n_add = dn_i * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
-        fac = pow2 * ratio                                  # the factor the add stands for
+        if ROUND_C:
+            c_r = c32.to(p_dtype).to(tl.float32)            # CANN rounds c to the KV dtype ...
+            cof = c32 / c_r                                 # ... and compensates the rounding below
+            ratio = cof_i / cof
+            comp = 1.5 * (ratio - 1.0)                      # compensation term
+            n_add = dn_i * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
+            fac = pow2 * ratio                              # the factor the add stands for
+        else:
+            # c unrounded: cof = c/c = 1 exactly (c = 2^(m/ln2 + n) lies in [2^-0.5, 2^LAZY]), so the
+            # compensation is 0 and the add is the exponent shift alone (bit-identical, two divisions fewer)
+            cof = cof_i
+            n_add = dn_i * 8388608
+            fac = pow2
         if SKIP:
             if tl.max(tl.abs(n_add), axis=0) != 0:
                 acc0 = _pow2_rescale(acc0, n_add, dn, fac, FGUARD)
