@@ -179,6 +179,13 @@ round35)  # session 5: the named M = 2 quant_matmul shapes (batch-1 decode with 
 round36)  # session 6: AMLA wgmma tiles that split O's columns between programs (dv_split 2) at 64 rows per warpgroup
   step amla_sweep9 240 python3 perf/bench_amla.py "$OUT/amla_sweep9.md" --sweep-only --kinds compute --budget 200
   ;;
+round37)  # session 6: AMLA without the unrounded-c compensation divisions: both floor shapes, ncu of the compute tile (amla, multiply), correctness
+  step amla_sweep10 150 python3 perf/bench_amla.py "$OUT/amla_sweep10.md" --sweep-only --budget 120
+  NCU="ncu --clock-control none -k regex:_amla_fwd --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats --section Occupancy --section SchedulerStats"
+  step ncu_amla_default 90 $NCU python3 tests/gpu/ncu_amla.py
+  step ncu_amla_default_multiply 90 $NCU python3 tests/gpu/ncu_amla.py --rescale multiply
+  step check_amla 200 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
