@@ -186,12 +186,12 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
         # AMLA: reference 2^n, n = rint(−m/ln2), re-chosen once m/ln2 + n > LAZY (LAZY < 0: every block)
         renew = (mL + n_i > LAZY) | fresh
         n_new = tl.where(renew, tl.floor(0.5 - mL), n_i)
-        c32 = tl.exp2(mL + n_new)                           # c = e^m·2^n
         dn = tl.where(fresh, 0.0, n_new - n_i)
         dn = tl.maximum(dn, -30.0)                          # shift clamp
         dn_i = dn.to(tl.int32)
         pow2 = ((dn_i + 127) << 23).to(tl.float32, bitcast=True)   # exactly 2^dn
         if ROUND_C:
+            c32 = tl.exp2(mL + n_new)                       # c = e^m·2^n
             c_r = c32.to(p_dtype).to(tl.float32)            # CANN rounds c to the KV dtype ...
             cof = c32 / c_r                                 # ... and compensates the rounding below
             ratio = cof_i / cof
@@ -200,7 +200,8 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
             fac = pow2 * ratio                              # the factor the add stands for
         else:
             # c unrounded: cof = c/c = 1 exactly (c = 2^(m/ln2 + n) lies in [2^-0.5, 2^LAZY]), so the
-            # compensation is 0 and the add is the exponent shift alone (bit-identical, two divisions fewer)
+            # compensation is 0 and the add is the exponent shift alone (bit-identical, two divisions fewer);
+            # c itself only enters lse, so it is computed once, after the last tile (see _amla_tile)
             cof = cof_i
             n_add = dn_i * 8388608
             fac = pow2
@@ -229,7 +230,8 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
             l_i = l_i * pow2 + tl.sum(p, axis=1)
         n_i = n_new
         cof_i = cof
-        c_last = c32
+        if ROUND_C:
+            c_last = c32
     else:
         # FlashAttention: reference e^m_ref, moved to the running max once it is LAZY bits above (LAZY < 0:
         # every time the max grows), O and l multiplied by e^(m_ref_old − m_ref_new)
@@ -275,6 +277,7 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr,
                FGUARD: tl.constexpr, PEEL: tl.constexpr):
     NEG_INF: tl.constexpr = float("-inf")
+    LOG2E: tl.constexpr = 1.4426950408889634
     DC: tl.constexpr = D_V // 4            # the 512 latent columns in 4 chunks (see QKᵀ below)
     # work → (m block fastest, then column half, then split, then request): the programs that share a K tile
     # run together
@@ -375,6 +378,9 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
     has = l_i > 0.0
     lsafe = tl.where(has, l_i, 1.0)
     if RESCALE == 1:
+        if not ROUND_C:
+            # c = e^m·2^n of the last tile, as _kv_block's rounded path computes it every tile
+            c_last = tl.exp2(tl.where(m_i == NEG_INF, 0.0, m_i) * LOG2E + n_i)
         inv = cof_i / lsafe                                     # O carries 2^n/cof, l carries 2^n
         lse = m_i + tl.log(lsafe / c_last)                      # l = c32·Σe^(s−m)
     else:
