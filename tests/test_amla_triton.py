@@ -443,6 +443,19 @@ def test_column_split_and_flat_addressing_change_no_bit(gen, variant):
         assert torch.equal(o, ref_o) and torch.equal(l, ref_l), (dv, flat, fguard)
 
 
+def test_flat_addressing_only_where_slot_offsets_fit_int32():
+    """Flat addressing computes slot · kv_cache.stride(1) in int32; a cache whose slot stride makes that reach 2³¹
+    (a permuted layout) must take the per-key gathers, which are int64 (audit, session 6). Meta tensors: no memory."""
+    def meta(shape, stride):
+        return torch.empty_strided(shape, stride, device="meta")
+    kv, kr = meta((4, 128, 1, 512), (65536, 512, 512, 1)), meta((4, 128, 1, 64), (8192, 64, 64, 1))
+    assert tri._flat_slots_fit_int32(kv, kr, 128)
+    slot_major = meta((4, 128, 1, 512), (512, 2**24, 512, 1))        # slots 2^24 elements apart
+    assert not tri._flat_slots_fit_int32(slot_major, kr, 128)         # page · stride = 2^31 (bound kept with margin)
+    assert tri._flat_slots_fit_int32(slot_major, kr, 64)              # 64 · 2^24 = 2^30
+    assert not tri._flat_slots_fit_int32(kv, meta((4, 128, 1, 64), (64, 2**24, 64, 1)), 128)   # k_rope too
+
+
 @pytest.mark.parametrize("key", ["interpreter", "cuda"])
 def test_query_rows_not_evenly_spaced_are_copied(gen, key):
     """Flat addressing needs q's (S_q, N) rows evenly spaced; a [B, N, S_q, D] tensor transposed to

@@ -76,9 +76,12 @@ def _int8_close(out, ref, name, min_exact=0.99):
     assert (d == 0).double().mean().item() >= min_exact, f"{name}: only {(d == 0).double().mean():.4f} exact"
 
 
-def compare(inp, *, backend_ref="reference"):
-    """Run reference and Triton on copies of ``inp``; compare outputs and the whole caches."""
+def compare(inp, *, backend_ref="reference", views=None):
+    """Run reference and Triton on copies of ``inp``; compare outputs and the whole caches. ``views``: inputs
+    passed as they are, after the copy (``clone`` would make a strided view contiguous)."""
     a, b = clone(inp), clone(inp)
+    a.update(views or {})
+    b.update(views or {})
     ra = run(a, backend_ref)
     rb = run(b, "triton")
     q, qr, s = rb
@@ -215,6 +218,24 @@ def test_P1_noncontiguous_inputs_and_packed_weights(mode):
     for u, v in zip(out_a, out_b):
         assert torch.equal(bits(u), bits(v))
     assert torch.equal(bits(a["kv_cache"]), bits(b["kv_cache"])) and torch.equal(bits(a["kr_cache"]), bits(b["kr_cache"]))
+
+
+@pytest.mark.parametrize("T", [1, 6])
+@pytest.mark.parametrize("mode", ["a8w8", "a8w8_c8"])
+def test_P1_strided_per_token_scale(mode, T, table):
+    """dequant_scale_x [T, 1] as a column of a wider tensor (stride 2) and as one scale expanded to every token
+    (stride 0): the kernels read the scale at unit stride, so the launcher must not pass them the strided view
+    (the expanded scale read past its one-element storage and wrote garbage into kr_cache; audit, session 6)."""
+    inp = small(mode, T=T, seed=90 + T)
+    sx = inp["dequant_scale_x"].reshape(T)
+    wide = torch.full((T, 2), 1e30, dtype=torch.float32, device=sx.device)   # column 1 must never be read
+    wide[:, 0] = sx
+    col = wide[:, :1]
+    assert col.stride() == (2, 1)
+    compare(inp, views={"dequant_scale_x": col})
+    one = sx[:1].reshape(1, 1).expand(T, 1)
+    assert T == 1 or one.stride() == (0, 1)
+    compare(inp, views={"dequant_scale_x": one})
 
 
 @pytest.mark.parametrize("mode", ["bf16", "partial_c8", "a8w8_c8"])

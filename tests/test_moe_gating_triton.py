@@ -198,6 +198,10 @@ def test_supports_reason_and_compile_cases():
     assert MG.supports_reason(x, 8, k_group=4, group_count=8) is None
     assert "pads to more than" in MG.supports_reason(torch.randn(2, 2048), 8)
     assert "2-D" in MG.supports_reason(torch.randn(256), 8)
+    # k_group > group_count: rounds with no candidate left would emit the out-of-range id E (audit, session 6)
+    assert "k_group must be in [1, group_count = 2], got 3" in MG.supports_reason(torch.randn(2, 8), 4, k_group=3,
+                                                                                  group_count=2)
+    assert "k_group" in MG.supports_reason(torch.randn(2, 8), 1, k_group=0, group_count=2)
     cases = MG.ascend_compile_cases()
     assert len({c["name"] for c in cases}) == len(cases) >= 4
     for c in cases:

@@ -349,6 +349,13 @@ def test_supports_reason(gen):
     xi = torch.zeros(2, 8, dtype=torch.int8)
     assert T.supports_reason_quant_matmul(xi, torch.zeros(8, 4, dtype=torch.int8), torch.ones(4), torch.ones(2)) is None
     assert "int8" in T.supports_reason_quant_matmul(xi.float(), torch.zeros(8, 4, dtype=torch.int8), torch.ones(4), torch.ones(2))
+    # the kernel's K bound is the op's: the largest K whose int8 products cannot overflow the int32 accumulator
+    from reference.quant import _K_MAX_INT32
+    assert T._K_MAX == _K_MAX_INT32 == 131071
+    for K, ok in ((_K_MAX_INT32, True), (_K_MAX_INT32 + 1, False)):
+        xk, wk = torch.zeros(1, K, dtype=torch.int8), torch.zeros(K, 1, dtype=torch.int8)
+        r = T.supports_reason_quant_matmul(xk, wk, torch.ones(1), torch.ones(1))
+        assert (r is None) == ok and (ok or "131071" in r)
 
 
 @_host

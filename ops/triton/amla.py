@@ -635,6 +635,12 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
                 float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))))
 
 
+def _flat_slots_fit_int32(kv_cache: torch.Tensor, kr_cache: torch.Tensor, page: int) -> bool:
+    """Whether flat addressing may compute a slot's offset within its page (slot · stride(1), slot < page) in
+    int32, as the kernel does; a cache laid out with a larger slot stride takes the per-key gathers (int64)."""
+    return max(abs(kv_cache.stride(1)), abs(kr_cache.stride(1))) * max(page, 1) < 2**31
+
+
 def supports_reason(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True):
     """Why the Triton kernel cannot take these inputs (None = it can). Shape errors are ops.amla's job;
     this only reports what the kernel itself does not handle."""
@@ -723,6 +729,8 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         page = 1
     plan = _make_plan(B, S_q, N, max_keys, dev, config, num_splits, page) if config else \
         _plan(B, S_q, N, max_keys, dev, num_splits, page)
+    if plan["flat"] and not _flat_slots_fit_int32(kv_cache, kr_cache, page):
+        plan = dict(plan, flat=False)
     ns = plan["num_splits"]
     qn_st = [q_nope.stride(0), q_nope.stride(1), q_nope.stride(2)]
     qr_st = [q_rope.stride(0), q_rope.stride(1), q_rope.stride(2)]

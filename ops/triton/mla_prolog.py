@@ -273,7 +273,7 @@ def _partial_sum(ws_ptr, row_off, cols, mask, SPLIT_K: tl.constexpr, TCT):
     p = ws_ptr + row_off + cols
     acc = tl.load(p, mask=mask, other=0)
     for s in tl.static_range(1, SPLIT_K):
-        acc += tl.load(p + s * TCT, mask=mask, other=0)
+        acc += tl.load(p + s * TCT.to(tl.int64), mask=mask, other=0)
     return acc
 
 
@@ -1125,7 +1125,9 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     sin = rope_sin.reshape(T, Dr)
     cos = rope_cos.reshape(T, Dr)
     idx = cache_index.reshape(T)
-    xs = dequant_scale_x.reshape(T) if full else None
+    # the kernels read the per-token scale at xs + t: a [T, 1] / [B, S] scale may reshape to a strided view
+    # (a column slice, or one scale expanded to every token), so it is made unit-stride here
+    xs = dequant_scale_x.reshape(T).contiguous() if full else None
     kv_w, kr_w = kv_cache, kr_cache
     if asc:
         # the Ascend kernels address the innermost dim with a unit stride (a runtime stride there lowers

@@ -133,6 +133,8 @@ def supports_reason_moe_gating_top_k(x, k, *, bias=None, k_group=1, group_count=
     gs = E // group_count
     if _np2(group_count) * _np2(gs) > MAX_EXPERTS:
         return f"E = {E} in {group_count} groups pads to more than {MAX_EXPERTS} experts (one tile per row)"
+    if not 1 <= k_group <= group_count:
+        return f"k_group must be in [1, group_count = {group_count}], got {k_group}"
     if not 1 <= k <= gs * k_group:
         return "k must be in [1, k_group · E / group_count]"
     return None

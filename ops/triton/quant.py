@@ -617,7 +617,7 @@ def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, c
                 for s2 in range(0, SPLIT_K):
                     if s2 != split:
                         acc += tl.load(pq, mask=omask, other=0, cache_modifier=".cg")
-                    pq += M * N
+                    pq += M.to(tl.int64) * N
                 _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS)
                 tl.atomic_xchg(cnt_ptr + tile, 0)
 
@@ -684,7 +684,7 @@ def _qmm_epilogue_kernel(part_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, M, N, SPLI
         p = part_ptr + offs
         for _s in range(0, SPLIT_K):
             acc += tl.load(p, mask=m2, other=0)
-            p += M * N
+            p += M.to(tl.int64) * N
         _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mm, mn, stride_om, HAS_BIAS)
 
 
@@ -722,7 +722,7 @@ def _gemv_reduce_row(r, m: tl.constexpr, split, part_ptr, M, N, SPLIT_K, on, nma
     for s2 in range(0, SPLIT_K):
         if s2 != split:
             r += tl.load(pq, mask=nmask, other=0, cache_modifier=".cg")
-        pq += M * N
+        pq += M.to(tl.int64) * N
     return r
 
 
@@ -986,6 +986,9 @@ def _make_qmm_plan(M: int, N: int, K: int, key: str, config: dict | None, device
     return b
 
 
+_K_MAX = (2**31 - 1) // (128 * 128)   # the largest K whose int8 dot products cannot overflow int32 (= reference.quant)
+
+
 def supports_reason_quant_matmul(x_int8, weight_int8, weight_scale, x_scale, *, bias=None, out_dtype=torch.bfloat16) -> str | None:
     """Why the Triton kernel cannot take these inputs (None = it can)."""
     if x_int8.dtype != torch.int8 or weight_int8.dtype != torch.int8:
@@ -994,8 +997,8 @@ def supports_reason_quant_matmul(x_int8, weight_int8, weight_scale, x_scale, *, 
         return "x_int8 must be [M, K] and weight_int8 [K, N]"
     if out_dtype not in _OUT_DTYPES:
         return f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}"
-    if x_int8.shape[1] > 133_000:
-        return "K > 133000 could overflow the int32 accumulator (127² · K ≥ 2³¹)"
+    if x_int8.shape[1] > _K_MAX:
+        return f"K > {_K_MAX} could overflow the int32 accumulator (128² · K ≥ 2³¹)"
     return None
 
 
