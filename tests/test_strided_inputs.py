@@ -14,11 +14,18 @@ DTYPE = {"moe_gating_top_k": torch.float32}  # fp16 elsewhere: the interpreter's
 
 
 def _strided(v: torch.Tensor) -> torch.Tensor:
-    """Same values, stride 2 (a view into a buffer twice as long, the gaps poisoned)."""
+    """Same values and shape, stride 2 along the one long dim (a view into a buffer twice as long, the gaps
+    poisoned): a [n] vector, or a [n, 1] column such as a per-token scale."""
     buf = torch.full((v.numel() * 2,), float("nan") if v.is_floating_point() else -7, dtype=v.dtype)
-    view = buf[::2]
+    view = buf[::2].view(v.shape) if v.dim() == 1 else buf[::2].unsqueeze(1)
     view.copy_(v)
     return view
+
+
+def _vector_like(v) -> bool:
+    """A 1-D vector, or a [n, 1] column (mla_prolog's dequant_scale_x: its [T, 1] view reshapes to a strided
+    [T] that the kernels read at unit stride, found by the session-6 audit)."""
+    return isinstance(v, torch.Tensor) and v.numel() > 1 and (v.dim() == 1 or (v.dim() == 2 and v.shape[1] == 1))
 
 
 def _run(name, inputs):
@@ -44,7 +51,7 @@ def test_strided_vector_inputs_match_contiguous(name, backend):
                               generator=torch.Generator().manual_seed(7))
     if name == "moe_gating_top_k" and inputs.get("bias") is None:
         inputs["bias"] = torch.randn(shape["E"], generator=torch.Generator().manual_seed(3)) * 0.1
-    vectors = [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.dim() == 1 and v.numel() > 1]
+    vectors = [k for k, v in inputs.items() if _vector_like(v)]
     assert vectors, f"{name}: no vector input to stride"
     strided = {k: (_strided(v) if k in vectors else v) for k, v in inputs.items()}
     with ops.backend(backend):
