@@ -443,6 +443,32 @@ def test_column_split_and_flat_addressing_change_no_bit(gen, variant):
         assert torch.equal(o, ref_o) and torch.equal(l, ref_l), (dv, flat, fguard)
 
 
+@pytest.mark.parametrize("num_splits", [None, 3])
+@pytest.mark.parametrize("variant", ["amla", "amla_lazy", "multiply_lazy"])
+@pytest.mark.parametrize("key", ["interpreter", "cuda"])
+def test_nan_and_inf_logits_give_nan_like_the_reference(gen, key, variant, num_splits, monkeypatch):
+    """A NaN in one head's q_nope and a +inf in one key's c_kv: the reference's out / lse are NaN for every row that
+    sees them. The kernel's max reductions drop NaN, and l = NaN used to read as an empty row (out 0, lse −inf),
+    hiding corrupt input (session-6 fresh-user audit). Outputs start as 777, so a NaN must be written."""
+    monkeypatch.setattr(tri, "_empty", lambda shape, dtype, device: torch.full(shape, 777.0, dtype=dtype,
+                                                                                device=device))
+    q_nope, q_rope, kv, kr, bt, sl = make(2, 2, 4, [70, 40], gen, bs=16)
+    q_nope[0, 1, 2, 5] = float("nan")                     # request 0, token 1, head 2
+    page, slot = int(bt[1, 33 // 16]), 33 % 16            # request 1, key 33 (seen by both tokens)
+    kv[page, slot, 0, 7] = float("inf")                   # logit ±inf by the sign of q_nope[..., 7]
+    args = (q_nope, q_rope, kv, kr, bt, sl)
+    out, lse = run(args, variant=variant, config={"key": key}, num_splits=num_splits)
+    r_out, r_lse = ref.amla(*args, SCALE, True)
+    nan_rows = torch.isnan(r_lse)
+    assert nan_rows[0, 1, 2] and nan_rows[1].any() and not nan_rows.all()
+    assert torch.equal(torch.isnan(lse), nan_rows)
+    # V is c_kv itself: a row whose logit for the inf key is −inf still gets 0 · inf = NaN in that column
+    assert torch.equal(torch.isnan(out), torch.isnan(r_out))
+    ok = ~nan_rows
+    assert_close(out[ok].nan_to_num(0.0), r_out[ok].nan_to_num(0.0), "fp16")
+    assert (lse[ok] - r_lse[ok]).abs().max() <= 1e-5
+
+
 def test_flat_addressing_only_where_slot_offsets_fit_int32():
     """Flat addressing computes slot · kv_cache.stride(1) in int32; a cache whose slot stride makes that reach 2³¹
     (a permuted layout) must take the per-key gathers, which are int64 (audit, session 6). Meta tensors: no memory."""

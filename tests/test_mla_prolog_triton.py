@@ -220,6 +220,25 @@ def test_P1_noncontiguous_inputs_and_packed_weights(mode):
     assert torch.equal(bits(a["kv_cache"]), bits(b["kv_cache"])) and torch.equal(bits(a["kr_cache"]), bits(b["kr_cache"]))
 
 
+@pytest.mark.parametrize("T", [1, 3])
+def test_nan_token_gives_nan_query_scale(T, table):
+    """Full A8W8 + C8 (the query quantised per (token, head)): a token whose activations are NaN (here its per-token
+    scale) gets dequant_scale_q_nope NaN and query 0, as reference.quant's rule for a NaN row; the absmax's max
+    dropped NaN and reported 0, the value of an all-zero row (session-6 fresh-user audit)."""
+    inp = small("a8w8_c8", T=T, seed=95 + T)
+    t = T - 1
+    inp["dequant_scale_x"][t] = float("nan")
+    a, b = clone(inp), clone(inp)
+    rq, rqr, rs = run(a, "reference")
+    q, qr, sc = run(b, "triton")
+    assert torch.isnan(rs[t]).all() and torch.isnan(sc[t]).all()
+    assert torch.equal(q[t], rq[t]) and not q[t].any()
+    assert torch.equal(torch.isnan(qr), torch.isnan(rqr))
+    if t:
+        _int8_close(q[:t], rq[:t], "query")
+        assert_close(sc[:t], rs[:t], "fp32", name="dequant_scale_q_nope")
+
+
 @pytest.mark.parametrize("T", [1, 6])
 @pytest.mark.parametrize("mode", ["a8w8", "a8w8_c8"])
 def test_P1_strided_per_token_scale(mode, T, table):

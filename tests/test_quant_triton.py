@@ -168,7 +168,9 @@ def _check_rms(x, gamma, eps, residual, smooth):
     """int8 exact except at near-ties (the Σx² reduction order differs from torch's, moving the fp32
     rms by an ulp): every differing element must be ±1 LSB and within 1e-3 of a .5 tie in the
     reference's y/scale. scale: fp32 tolerance; residual_out: exact."""
-    q, sc, ro = ops.quant.rms_norm_dynamic_quant(x, gamma, epsilon=eps, residual=residual, smooth_scales=smooth)
+    # bf16 residual_out on the CPU: the op refuses the interpreter (it truncates fp32 → bf16), the launcher runs it
+    fn = T.rms_norm_dynamic_quant if x.dtype == torch.bfloat16 and residual is not None else ops.quant.rms_norm_dynamic_quant
+    q, sc, ro = fn(x, gamma, epsilon=eps, residual=residual, smooth_scales=smooth)
     rq, rs, rro = R.rms_norm_dynamic_quant(x, gamma, epsilon=eps, residual=residual, smooth_scales=smooth)
     assert not (q == -128).any()
     assert_close(sc, rs, "fp32", name="scale")
@@ -250,7 +252,9 @@ def _qmm_inputs(M, K, N, gen, layout="kmajor", bias=False, bias_dtype=torch.floa
 
 def _check_qmm(M, K, N, gen, out_dtype=torch.float32, **kw):
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, **kw)
-    out = ops.quant.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype)
+    # a bf16 out on the CPU: the op refuses the interpreter (it truncates fp32 → bf16), the launcher runs it
+    fn = T.quant_matmul if out_dtype == torch.bfloat16 and x.device.type == "cpu" else ops.quant.quant_matmul
+    out = fn(x, w, ws, xs, bias=b, out_dtype=out_dtype)
     ref = R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype)
     assert out.shape == (M, N) and out.dtype == out_dtype
     kind = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[out_dtype]
@@ -347,15 +351,43 @@ def test_supports_reason(gen):
     assert "fp16/bf16/fp32" in T.supports_reason_dynamic_quant(x.to(torch.int32))
     assert T.supports_reason_rms_norm_dynamic_quant(x, torch.ones(8), epsilon=1e-6) is None
     xi = torch.zeros(2, 8, dtype=torch.int8)
-    assert T.supports_reason_quant_matmul(xi, torch.zeros(8, 4, dtype=torch.int8), torch.ones(4), torch.ones(2)) is None
+    assert T.supports_reason_quant_matmul(xi, torch.zeros(8, 4, dtype=torch.int8), torch.ones(4), torch.ones(2),
+                                          out_dtype=torch.float16) is None
+    bf16 = T.supports_reason_quant_matmul(xi, torch.zeros(8, 4, dtype=torch.int8), torch.ones(4), torch.ones(2))
+    assert (bf16 is None) == (xi.device.type != "cpu") and (bf16 is None or "TRITON_INTERPRET" in bf16)
     assert "int8" in T.supports_reason_quant_matmul(xi.float(), torch.zeros(8, 4, dtype=torch.int8), torch.ones(4), torch.ones(2))
     # the kernel's K bound is the op's: the largest K whose int8 products cannot overflow the int32 accumulator
     from reference.quant import _K_MAX_INT32
     assert T._K_MAX == _K_MAX_INT32 == 131071
     for K, ok in ((_K_MAX_INT32, True), (_K_MAX_INT32 + 1, False)):
         xk, wk = torch.zeros(1, K, dtype=torch.int8), torch.zeros(K, 1, dtype=torch.int8)
-        r = T.supports_reason_quant_matmul(xk, wk, torch.ones(1), torch.ones(1))
+        r = T.supports_reason_quant_matmul(xk, wk, torch.ones(1), torch.ones(1), out_dtype=torch.float32)
         assert (r is None) == ok and (ok or "131071" in r)
+
+
+def test_bf16_outputs_refused_under_the_interpreter_auto_falls_back(gen):
+    """The interpreter truncates fp32 → bf16 (the GPU rounds to nearest even): on the CPU a bf16 quant_matmul out,
+    rms_norm_dynamic_quant residual_out and moe_gating_top_k y are refused by the Triton backend with the reason,
+    and "auto" takes the reference, bit for bit (session-6 fresh-user audit: half the elements were 1 ulp off)."""
+    from ops.moe_gating import moe_gating_top_k
+    from reference import moe_gating as RG
+    x, w, ws, xs, _ = _qmm_inputs(3, 64, 16, gen)
+    a, r = torch.randn(2, 64, generator=gen).bfloat16(), torch.randn(2, 64, generator=gen).bfloat16()
+    lg = torch.randn(2, 16, generator=gen).bfloat16()
+    with ops.backend("triton"):
+        with pytest.raises(ops.BackendUnavailable, match="rounded toward zero"):
+            ops.quant.quant_matmul(x, w, ws, xs)
+        with pytest.raises(ops.BackendUnavailable, match="residual_out"):
+            ops.quant.rms_norm_dynamic_quant(a, torch.ones(64), residual=r)
+        with pytest.raises(ops.BackendUnavailable, match="bf16 y"):
+            moe_gating_top_k(lg, 2)
+        ops.quant.quant_matmul(x, w, ws, xs, out_dtype=torch.float16)        # other outputs still run
+        ops.quant.rms_norm_dynamic_quant(a, torch.ones(64))                   # bf16 in, int8 / fp32 out
+    with ops.backend("auto"):
+        assert torch.equal(ops.quant.quant_matmul(x, w, ws, xs), R.quant_matmul(x, w, ws, xs))
+        assert torch.equal(ops.quant.rms_norm_dynamic_quant(a, torch.ones(64), residual=r)[2],
+                           R.rms_norm_dynamic_quant(a, torch.ones(64), residual=r)[2])
+        assert torch.equal(moe_gating_top_k(lg, 2)[0], RG.moe_gating_top_k(lg, 2)[0])
 
 
 @_host
@@ -1340,7 +1372,8 @@ _GEMV_TABLE_CASES = [
     (1, 1022, 33, "strided", torch.float32, torch.float16, "op"),      # K % 4 != 0, column slice of a wider weight
     (1, 1030, 20, "kmajor", torch.float32, torch.float32, "ds"),       # K % 4 != 0 on a K-major weight
     (1, 2050, 17, "rowmajor", None, torch.bfloat16, "kernel"),         # three steps, K % 4 != 0, bf16 out
-    (1, 2048, 16, "kmajor", torch.float16, torch.bfloat16, "ds"),      # two even steps, bf16 out
+    (1, 2048, 16, "kmajor", torch.float16, torch.bfloat16, "kernel"),  # two even steps, bf16 out (the op refuses
+    (1, 2048, 16, "kmajor", torch.float16, torch.float16, "ds"),       # a bf16 out on the CPU interpreter)
     (1, 1, 9, "kmajor", torch.float32, torch.float32, "op"),           # K = 1
     # M = 2 (the second bucket: 4-row tiles, register double buffer of the weight tile)
     (2, 2048, 38, "kmajor", torch.float32, torch.float32, "ds"),       # two even steps (prefetch re-reads the last), N tail
@@ -1349,7 +1382,8 @@ _GEMV_TABLE_CASES = [
     (2, 100, 40, "rowmajor", torch.float32, torch.float16, "ds"),      # K < BLOCK_K, row-major weight
     (2, 3074, 13, "strided", torch.float32, torch.float32, "op"),      # three steps + tail, K % 4 != 0, strided weight
     (2, 1024, 9, "rowmajor", None, torch.float32, "kernel"),           # K = BLOCK_K on a row-major weight, no bias
-    (2, 2048, 16, "kmajor", torch.float16, torch.bfloat16, "ds"),      # bf16 out
+    (2, 2048, 16, "kmajor", torch.float16, torch.bfloat16, "kernel"),  # bf16 out
+    (2, 2048, 16, "kmajor", torch.float16, torch.float16, "ds"),
     (2, 1, 7, "kmajor", torch.float32, torch.float16, "ds"),           # K = 1
 ]
 

@@ -375,7 +375,9 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
             kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
             D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, True)
 
-    has = l_i > 0.0
+    # l = NaN (a NaN or +inf logit: NaN in q / c_kv, or inf) is not an empty row: out and lse become NaN, as in
+    # the reference (the max reductions drop NaN, so a row of NaN logits would otherwise look key-less)
+    has = (l_i > 0.0) | (l_i != l_i)
     lsafe = tl.where(has, l_i, 1.0)
     if RESCALE == 1:
         if not ROUND_C:
@@ -481,7 +483,7 @@ def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, 
         n_live = tl.where(live, D_V, 0)
         o = tl.load(opart_ptr + (base + s * ROWS) * D_V + dv, mask=dv < n_live, other=0.0)
         acc += ws * o
-    has = den > 0.0
+    has = (den > 0.0) | (den != den)                # a NaN split's lse makes den NaN: out and lse NaN, never empty
     dsafe = tl.where(has, den, 1.0)
     o = tl.where(has, acc / dsafe, 0.0)
     lse = tl.where(has, mx + tl.log(dsafe), NEG_INF)

@@ -705,17 +705,21 @@ def _query_body(pid, nprog, a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos
         q_row = q_ptr + rows.to(tl.int64)[:, None] * s_qt + h64 * s_qh
         if Q8:
             amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            nan_n = tl.zeros((BLOCK_M,), dtype=tl.int32)      # max drops NaN: a NaN row is counted instead
             for c0 in range(0, Hckv, BLOCK_C):
                 q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M,
                                            BLOCK_C)
-                amax = tl.maximum(amax, tl.max(tl.where(c_m[None, :], tl.abs(q), 0.0), axis=1))
+                qa = tl.where(c_m[None, :], tl.abs(q), 0.0)
+                amax = tl.maximum(amax, tl.max(qa, axis=1))
+                nan_n += tl.sum((qa != qa).to(tl.int32), axis=1)
             scale = tl.math.div_rn(amax, tl.full((BLOCK_M,), 127.0, tl.float32))
+            scale = tl.where(nan_n > 0, float("nan"), scale)   # NaN row → scale NaN, q 0 (reference.quant)
             safe = tl.where(scale > 0, scale, 1.0)
             for c0 in range(0, Hckv, BLOCK_C):
                 q, cc, c_m = _absorb_chunk(qc, wuk_ptr, h_off, dcol, d_m, c0, Hckv, s_ud, s_uc, IEEE, BLOCK_M,
                                            BLOCK_C)
                 v = tl.math.div_rn(q, tl.zeros_like(q) + safe[:, None])
-                v = tl.where(scale[:, None] > 0, v, 0.0)
+                v = tl.where((scale[:, None] > 0) & (v == v), v, 0.0)   # inf / inf = NaN → 0, as the reference
                 tl.store(q_row + cc[None, :], _sat_int8(v, -127.0), mask=r_m[:, None] & c_m[None, :])
             tl.store(dsq_ptr + rows.to(tl.int64) * NH + h, scale, mask=r_m)
         else:

@@ -128,6 +128,9 @@ def supports_reason_moe_gating_top_k(x, k, *, bias=None, k_group=1, group_count=
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in _FLOAT_DTYPES:
         return "x must be a 2-D fp16/bf16/fp32 tensor [T, E]"
     T, E = x.shape
+    if x.dtype == torch.bfloat16 and x.device.type == "cpu":
+        return ("a bf16 y under TRITON_INTERPRET (CPU) would be rounded toward zero (the interpreter truncates "
+                "fp32 → bf16); bf16 runs on CUDA / NPU")
     if group_count < 1 or E % group_count:
         return "group_count must divide E"
     gs = E // group_count

@@ -445,6 +445,8 @@ def supports_reason_rms_norm_dynamic_quant(x, gamma, *, epsilon=1e-6, residual=N
         return "gamma must be a float tensor"
     if residual is not None and (residual.dtype not in _FLOAT_DTYPES or residual.shape != x.shape):
         return "residual must be a float tensor shaped like x"
+    if residual is not None and x.dtype == torch.bfloat16 and x.device.type == "cpu":
+        return _BF16_CPU.format(what="residual_out")
     return None
 
 
@@ -986,6 +988,9 @@ def _make_qmm_plan(M: int, N: int, K: int, key: str, config: dict | None, device
     return b
 
 
+# the interpreter's fp32 → bf16 cast truncates (the GPU's rounds to nearest even): bf16 outputs are refused on CPU
+_BF16_CPU = ("a bf16 {what} under TRITON_INTERPRET (CPU) would be rounded toward zero (the interpreter truncates "
+             "fp32 → bf16); bf16 outputs run on CUDA / NPU")
 _K_MAX = (2**31 - 1) // (128 * 128)   # the largest K whose int8 dot products cannot overflow int32 (= reference.quant)
 
 
@@ -997,6 +1002,8 @@ def supports_reason_quant_matmul(x_int8, weight_int8, weight_scale, x_scale, *, 
         return "x_int8 must be [M, K] and weight_int8 [K, N]"
     if out_dtype not in _OUT_DTYPES:
         return f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}"
+    if out_dtype == torch.bfloat16 and x_int8.device.type == "cpu":
+        return _BF16_CPU.format(what="out")
     if x_int8.shape[1] > _K_MAX:
         return f"K > {_K_MAX} could overflow the int32 accumulator (128² · K ≥ 2³¹)"
     return None
