@@ -486,6 +486,8 @@ BAD = [
     ("bf16", lambda d: d.update(cache_index=d["cache_index"].int()), TypeError, "cache_index must have dtype"),
     ("bf16", lambda d: d.update(weight_dq=d["weight_dq"][:-1]), ValueError, "weight_dq must have shape"),
     ("bf16", lambda d: d.update(weight_uq_qr=d["weight_uq_qr"][:, :-2]), ValueError, "weight_uq_qr must have shape"),
+    # a wrong weight_dq width shows as a weight_uq_qr mismatch: the message says where Hcq comes from
+    ("bf16", lambda d: d.update(weight_dq=d["weight_dq"][:, :-8]), ValueError, "is weight_dq's width"),
     ("bf16", lambda d: d.update(rope_sin=d["rope_sin"][:-1]), ValueError, "rope_sin must have shape"),
     ("bf16", lambda d: d.update(kr_cache=d["kr_cache"][:-1]), ValueError, "kr_cache must have shape"),
     ("bf16", lambda d: d.update(kv_cache=d["kv_cache"].squeeze(2)), ValueError, "kv_cache must have 4 dims"),
