@@ -271,6 +271,34 @@ def main():
         return " | ".join(infos)
     res.run("AMLA exact-zero columns + logits climbing over 170", zeros_and_range)
 
+    # ---- NaN / +inf logits: NaN where the reference is NaN, never an empty row (session 6) ------------------
+    def nan_inf():
+        L = S(3000)
+        args, _ = paged_inputs(2, 2, 16, [L, S(700)], 64, dt, dev, gen)
+        q_nope, kv, bt = args[0].clone(), args[2].clone(), args[4]
+        q_nope[0, 1, 3, 5] = float("nan")                       # request 0, token 1, head 3
+        k = S(500) - 10                                         # request 1, key k: c_kv[..., 7] = +inf
+        kv[int(bt[1, k // 64]), k % 64, 0, 7] = float("inf")
+        args = (q_nope, args[1], kv) + tuple(args[3:])
+        r_out, r_lse = ref.amla(*args, SCALE, True)
+        nan_rows = torch.isnan(r_lse)
+        assert nan_rows[0, 1, 3] and nan_rows[1].any() and not nan_rows.all()
+        keep = tri._empty
+        tri._empty = lambda shape, dtype, device: torch.full(shape, 777.0, dtype=dtype, device=device)
+        try:
+            for kw in ({}, CANN, dict(rescale="multiply")):
+                for ns in (None, 1, 4):
+                    out, lse = tri.amla_variant(*args, SCALE, True, num_splits=ns, **kw)
+                    assert torch.equal(torch.isnan(lse), nan_rows), (kw, ns)
+                    assert torch.equal(torch.isnan(out), torch.isnan(r_out)), (kw, ns)
+                    ok = ~nan_rows
+                    assert_close(out[ok].nan_to_num(0.0), r_out[ok].nan_to_num(0.0),
+                                 "bf16" if dt == torch.bfloat16 else "fp16")
+        finally:
+            tri._empty = keep
+        return f"{int(nan_rows.sum())} NaN rows of {nan_rows.numel()} match the reference (3 rescales x 3 splits)"
+    res.run("NaN / +inf logits give NaN rows like the reference", nan_inf)
+
     # ---- determinism -------------------------------------------------------------------------------
     def determinism():
         args, _ = paged_inputs(4, 2, S(128), [S(9000), 0, S(300), S(20000)], 64, dt, dev, gen)

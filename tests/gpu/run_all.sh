@@ -191,11 +191,11 @@ round38)  # session 6: AMLA with c computed once after the last tile: both floor
   step perf_amla 330 python3 -m perf --device cuda --ops amla --no-layer --no-dispatch --out "$OUT/perf_amla"
   step check_amla 150 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
-round39)  # session 6: the audit fixes on CUDA (strided per-token scale, int64 split offsets, k_group bound) + quant / mla_prolog checks
-  step pytest_audit6 240 python3 -m pytest tests/test_mla_prolog_triton.py tests/test_strided_inputs.py tests/test_moe_gating_triton.py -q -x -k "strided or supports_reason or split_k or modes_match or fused"
-  step pytest_quant 150 python3 -m pytest tests/test_quant_triton.py -q -x
+round39)  # session 6: the audit fixes on CUDA (strided per-token scale, NaN query rows, int64 split offsets, k_group bound, amla NaN rows)
+  step pytest_audit6 200 python3 -m pytest tests/test_mla_prolog_triton.py tests/test_strided_inputs.py tests/test_moe_gating_triton.py -q -x -k "strided or nan_token or supports_reason or split_k or modes_match or fused_row_query_modes"
   step check_quant_gating 100 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
   step check_mla_prolog 80 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step check_amla 150 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
