@@ -195,7 +195,10 @@ round39)  # session 6: the audit fixes on CUDA (strided per-token scale, NaN que
   step pytest_audit6 200 python3 -m pytest tests/test_mla_prolog_triton.py tests/test_strided_inputs.py tests/test_moe_gating_triton.py -q -x -k "strided or nan_token or supports_reason or split_k or modes_match or fused_row_query_modes"
   step check_quant_gating 100 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
   step check_mla_prolog 80 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
-  step check_amla 150 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  step check_amla 250 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  ;;
+round40)  # session 6: check_amla alone (round 39's hit its step limit in the sweep)
+  step check_amla 300 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
