@@ -373,7 +373,7 @@ def prewarm_all(jobs, workers):
 
 
 def main():
-    global SWEEP_BUDGET_S
+    global SWEEP_BUDGET_S, BS
     ap = argparse.ArgumentParser()
     ap.add_argument("out", help="markdown output path")
     ap.add_argument("--sweep", action="store_true", help="the launch-config sweep, then the grid")
@@ -384,6 +384,7 @@ def main():
     ap.add_argument("--budget", type=float, default=SWEEP_BUDGET_S,
                     help="seconds after which the sweep's optional rows (split counts, multiply) are skipped")
     ap.add_argument("--tp", default="", help="comma list of shapes to sweep too: tp32 (B64 S_q2 N16, 32 rows), tp64 (B64 S_q1 N64, 64 rows)")
+    ap.add_argument("--block-size", type=int, default=BS, help=f"paged-cache block size (default {BS})")
     ap.add_argument("--kinds", default="compute,memory",
                     help="comma list of the floor shapes to sweep: compute (B64 S_q2 N128), memory (B64 S_q1 N16)")
     ap.add_argument("--smoke", action="store_true",
@@ -391,6 +392,7 @@ def main():
     a = ap.parse_args()
     TP_KINDS[:] = [k for k in a.tp.split(",") if k]
     FLOOR_KINDS[:] = [k for k in a.kinds.split(",") if k]
+    BS = a.block_size
     if set(FLOOR_KINDS) - {"compute", "memory"}:
         ap.error(f"--kinds takes compute and/or memory, got {a.kinds!r}")
     SWEEP_BUDGET_S = a.budget

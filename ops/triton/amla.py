@@ -129,9 +129,11 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
         # scalar page id (an out-of-range id, a caller error, is redirected to page 0)
         pg = tl.where((pg_nxt >= 0) & (pg_nxt < NUM_PAGES), pg_nxt, 0).to(tl.int64)
         pg_nxt = tl.load(bt_row + (k0 + BLOCK_N) // PAGE, mask=k0 + BLOCK_N < end, other=0)
-        slot = (k0 % PAGE) + tl.arange(0, BLOCK_N)
-        kb = kv_ptr + pg * skv_p + (slot * skv_s)[:, None]
-        krp = kr_ptr + pg * skr_p + (slot * skr_s)[:, None] + dr[None, :]
+        # the tile's first slot goes into the scalar base, so the per-key offsets are loop-invariant
+        slot0 = k0 % PAGE
+        slot = tl.arange(0, BLOCK_N)
+        kb = kv_ptr + (pg * skv_p + slot0 * skv_s) + (slot * skv_s)[:, None]
+        krp = kr_ptr + (pg * skr_p + slot0 * skr_s) + (slot * skr_s)[:, None] + dr[None, :]
     else:
         # page id per key (masked: entries past ceil(L/PAGE) are never read; an out-of-range id, a caller
         # error, is redirected to page 0 rather than read out of bounds), 64-bit offsets

@@ -200,6 +200,12 @@ round39)  # session 6: the audit fixes on CUDA (strided per-token scale, NaN que
 round40)  # session 6: check_amla alone (round 39's hit its step limit in the sweep)
   step check_amla 300 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
+round41)  # session 6: AMLA with loop-invariant per-key offsets (the tile's first slot in the scalar base): block sizes 128 and 64, report rows, correctness
+  step amla_sweep12_bs128 110 python3 perf/bench_amla.py "$OUT/amla_sweep12_bs128.md" --sweep-only --block-size 128 --budget 60
+  step amla_sweep12_bs64 80 python3 perf/bench_amla.py "$OUT/amla_sweep12_bs64.md" --sweep-only --kinds compute --budget 40
+  step perf_amla 150 python3 -m perf --device cuda --ops amla --no-layer --no-dispatch --out "$OUT/perf_amla"
+  step check_amla 220 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
