@@ -206,6 +206,9 @@ round41)  # session 6: AMLA with loop-invariant per-key offsets (the tile's firs
   step perf_amla 150 python3 -m perf --device cuda --ops amla --no-layer --no-dispatch --out "$OUT/perf_amla"
   step check_amla 220 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
+round42)  # session 6: the rows 17-32 tile after the slot-base change (TP8 + MTP shape B64 S_q2 N16), block size 128
+  step amla_sweep13_tp32 120 python3 perf/bench_amla.py "$OUT/amla_sweep13_tp32.md" --sweep-only --kinds "" --tp tp32 --block-size 128 --budget 60
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
