@@ -149,7 +149,10 @@ SHAPE_COMPUTE = (64, 2, 128, 4096)
 SHAPE_MEMORY = (64, 1, 16, 4096)
 # between the two floors: 32 query rows per request (TP8 with one MTP token: S_q 2 × 16 heads, the DeepSeek
 # decode step; N=32 S_q=1 takes the same tile) and 64 rows (TP2: 64 heads); swept when "cuda_sweep" lists them
-SHAPES_TP = {"tp32": (64, 2, 16, 4096), "tp64": (64, 1, 64, 4096)}
+SHAPES_TP = {"tp32": (64, 2, 16, 4096), "tp64": (64, 1, 64, 4096),
+             # the 32-row tile at other batch sizes and as N = 32, S_q = 1 (candidates: the "tp32" list)
+             "tp32_b16": (16, 2, 16, 4096), "tp32_b128": (128, 2, 16, 4096), "tp32_b256": (256, 2, 16, 4096),
+             "tp32_n32": (64, 1, 32, 4096)}
 TP_KINDS = []   # --tp: the TP kinds to sweep as well
 FLOOR_KINDS = ["compute", "memory"]   # --kinds: the floor shapes to sweep (both by default)
 
@@ -167,7 +170,7 @@ def sweep_candidates():
     out = []
     for kind, shape in sweep_shapes():
         out.append((kind, shape, "default (amla.json \"cuda\")", None, None))
-        for c in sw.get(kind, []):
+        for c in sw.get(kind, sw.get(kind.split("_")[0], [])):
             cfg = {k: v for k, v in c.items() if k not in ("name", "splits")}
             out.append((kind, shape, c["name"], cfg, c.get("splits")))
     return out

@@ -209,6 +209,11 @@ round41)  # session 6: AMLA with loop-invariant per-key offsets (the tile's firs
 round42)  # session 6: the rows 17-32 tile after the slot-base change (TP8 + MTP shape B64 S_q2 N16), block size 128
   step amla_sweep13_tp32 120 python3 perf/bench_amla.py "$OUT/amla_sweep13_tp32.md" --sweep-only --kinds "" --tp tp32 --block-size 128 --budget 60
   ;;
+round43)  # session 6: the rows 17-32 tile as the compute tile (BM32 q_in_loop, 2 programs per core) vs the old BM16 one at B 16/64/128/256 and N32 S_q1; report rows; correctness
+  step amla_sweep14_tp32 75 python3 perf/bench_amla.py "$OUT/amla_sweep14_tp32.md" --sweep-only --kinds "" --tp tp32,tp32_b16,tp32_b128,tp32_b256,tp32_n32 --block-size 128 --budget 20
+  step perf_amla_tp32 45 python3 -m perf --device cuda --ops amla --shapes '*_sq2_n16_*,*_sq1_n32_*' --no-layer --no-dispatch --out "$OUT/perf_amla_tp32"
+  step check_amla 140 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
