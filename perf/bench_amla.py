@@ -386,7 +386,8 @@ def main():
     ap.add_argument("--workers", type=int, default=14)
     ap.add_argument("--budget", type=float, default=SWEEP_BUDGET_S,
                     help="seconds after which the sweep's optional rows (split counts, multiply) are skipped")
-    ap.add_argument("--tp", default="", help="comma list of shapes to sweep too: tp32 (B64 S_q2 N16, 32 rows), tp64 (B64 S_q1 N64, 64 rows)")
+    ap.add_argument("--tp", default="", help="comma list of shapes to sweep too: tp32 (B64 S_q2 N16, 32 rows), tp64 (B64 S_q1 N64, 64 rows), "
+                         "tp32_b16 / tp32_b128 / tp32_b256 (tp32 at other batch sizes), tp32_n32 (B64 S_q1 N32)")
     ap.add_argument("--block-size", type=int, default=BS, help=f"paged-cache block size (default {BS})")
     ap.add_argument("--kinds", default="compute,memory",
                     help="comma list of the floor shapes to sweep: compute (B64 S_q2 N128), memory (B64 S_q1 N16)")
