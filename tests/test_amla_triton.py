@@ -482,6 +482,19 @@ def test_flat_addressing_only_where_slot_offsets_fit_int32():
     assert not tri._flat_slots_fit_int32(kv, meta((4, 128, 1, 64), (64, 2**24, 64, 1)), 128)   # k_rope too
 
 
+def test_flat_addressing_falls_back_to_gathers_when_slot_offsets_do_not_fit(gen, monkeypatch):
+    """The launcher's use of :func:`_flat_slots_fit_int32`: when it says no, a flat tile runs the per-key gathers
+    (int64 offsets), bit-identical to the flat run."""
+    args = make(2, 2, 4, [70, 9], gen, bs=16)
+    cfg = dict(key="cuda", BLOCK_M=16, BLOCK_N=16)
+    o1, l1 = run(args, config=cfg, variant="amla_lazy")
+    assert tri.LAST_LAUNCH["plan"]["flat"]
+    monkeypatch.setattr(tri, "_flat_slots_fit_int32", lambda kv, kr, page: False)
+    o2, l2 = run(args, config=cfg, variant="amla_lazy")
+    assert not tri.LAST_LAUNCH["plan"]["flat"]
+    assert torch.equal(o1, o2) and torch.equal(l1, l2)
+
+
 @pytest.mark.parametrize("key", ["interpreter", "cuda"])
 def test_query_rows_not_evenly_spaced_are_copied(gen, key):
     """Flat addressing needs q's (S_q, N) rows evenly spaced; a [B, N, S_q, D] tensor transposed to

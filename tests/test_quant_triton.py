@@ -365,29 +365,60 @@ def test_supports_reason(gen):
         assert (r is None) == ok and (ok or "131071" in r)
 
 
+@_host
+def test_gemv_split_k_reduce_compiles_for_cuda_with_m_specialised_to_1():
+    """On CUDA a launch with M = 1 turns M into the constant 1 (the GEMV kernel specialises M), where ``M.to(...)``
+    fails to compile. The interpreter never specialises, and the shipped tables do not split the M = 1 GEMV, so only
+    an sm_90 compile of the split-K "atomic" cases shows it (session-6 review: it broke quant_matmul_config with
+    split_k > 1 at M = 1 on the GPU). Compiled in a subprocess without TRITON_INTERPRET."""
+    import subprocess
+    import sys
+    code = (
+        "import triton, ops.triton.quant as T\n"
+        "from triton.backends.compiler import GPUTarget\n"
+        "b = dict(max_m=1, max_n=2560, BLOCK_M=4, BLOCK_N=1, BLOCK_K=1024, GROUP_M=1, num_warps=1, num_stages=1,\n"
+        "         split_k='auto', reduce='atomic', mma='gemv_stream', programs_per_sm=16, dp4a=True)\n"
+        "cases = [c for c in T._gemv_stream_cases(b, 'cuda') if c['constexprs']['REDUCE']]\n"
+        "assert cases and all(c['constexprs'].get('M') == 1 for c in cases)\n"
+        "for c in cases:\n"
+        "    triton.compile(triton.compiler.ASTSource(c['fn'], c['signature'], c['constexprs']),\n"
+        "                   target=GPUTarget('cuda', 90, 64), options=dict(num_warps=1, num_stages=1))\n"
+        "print('compiled', len(cases))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "compiled 4" in r.stdout, r.stderr[-2000:]
+
+
 def test_bf16_outputs_refused_under_the_interpreter_auto_falls_back(gen):
     """The interpreter truncates fp32 → bf16 (the GPU rounds to nearest even): on the CPU a bf16 quant_matmul out,
     rms_norm_dynamic_quant residual_out and moe_gating_top_k y are refused by the Triton backend with the reason,
     and "auto" takes the reference, bit for bit (session-6 fresh-user audit: half the elements were 1 ulp off)."""
     from ops.moe_gating import moe_gating_top_k
+    import ops.triton.moe_gating as MGT
     from reference import moe_gating as RG
     x, w, ws, xs, _ = _qmm_inputs(3, 64, 16, gen)
     a, r = torch.randn(2, 64, generator=gen).bfloat16(), torch.randn(2, 64, generator=gen).bfloat16()
-    lg = torch.randn(2, 16, generator=gen).bfloat16()
+    lg = torch.randn(64, 64, generator=gen).bfloat16()
+    # the launchers themselves (no refusal) do differ here, so the fallback checks below can fail
+    assert not torch.equal(T.quant_matmul(x, w, ws, xs), R.quant_matmul(x, w, ws, xs))
+    assert not torch.equal(T.rms_norm_dynamic_quant(a, torch.ones(64), residual=r)[2],
+                           R.rms_norm_dynamic_quant(a, torch.ones(64), residual=r)[2])
+    assert not torch.equal(MGT.moe_gating_top_k(lg, 8)[0], RG.moe_gating_top_k(lg, 8)[0])
     with ops.backend("triton"):
         with pytest.raises(ops.BackendUnavailable, match="rounded toward zero"):
             ops.quant.quant_matmul(x, w, ws, xs)
         with pytest.raises(ops.BackendUnavailable, match="residual_out"):
             ops.quant.rms_norm_dynamic_quant(a, torch.ones(64), residual=r)
         with pytest.raises(ops.BackendUnavailable, match="bf16 y"):
-            moe_gating_top_k(lg, 2)
+            moe_gating_top_k(lg, 8)
         ops.quant.quant_matmul(x, w, ws, xs, out_dtype=torch.float16)        # other outputs still run
         ops.quant.rms_norm_dynamic_quant(a, torch.ones(64))                   # bf16 in, int8 / fp32 out
     with ops.backend("auto"):
         assert torch.equal(ops.quant.quant_matmul(x, w, ws, xs), R.quant_matmul(x, w, ws, xs))
         assert torch.equal(ops.quant.rms_norm_dynamic_quant(a, torch.ones(64), residual=r)[2],
                            R.rms_norm_dynamic_quant(a, torch.ones(64), residual=r)[2])
-        assert torch.equal(moe_gating_top_k(lg, 2)[0], RG.moe_gating_top_k(lg, 2)[0])
+        assert torch.equal(moe_gating_top_k(lg, 8)[0], RG.moe_gating_top_k(lg, 8)[0])
 
 
 @_host

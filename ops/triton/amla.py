@@ -201,9 +201,11 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
             n_add = dn_i * 8388608 + tl.floor(comp * TWO23 + 0.5).to(tl.int32)
             fac = pow2 * ratio                              # the factor the add stands for
         else:
-            # c unrounded: cof = c/c = 1 exactly (c = 2^(m/ln2 + n) lies in [2^-0.5, 2^LAZY]), so the
-            # compensation is 0 and the add is the exponent shift alone (bit-identical, two divisions fewer);
-            # c itself only enters lse, so it is computed once, after the last tile (see _amla_tile)
+            # c unrounded: cof = c/c = 1 exactly (c = 2^(m/ln2 + n), finite and normal: m/ln2 + n lies in
+            # (-0.5, max(0.5, LAZY)]), so the compensation is 0 and the add is the exponent shift alone (two
+            # divisions fewer; bit-identical under the interpreter's IEEE division, and on the GPU it drops the
+            # ulp-level error of the approximate c/c); c only enters lse, so it is computed once after the last
+            # tile (see _amla_tile)
             cof = cof_i
             n_add = dn_i * 8388608
             fac = pow2

@@ -724,7 +724,7 @@ def _gemv_reduce_row(r, m: tl.constexpr, split, part_ptr, M, N, SPLIT_K, on, nma
     for s2 in range(0, SPLIT_K):
         if s2 != split:
             r += tl.load(pq, mask=nmask, other=0, cache_modifier=".cg")
-        pq += M.to(tl.int64) * N
+        pq += M * N   # M ≤ 4 here; M may be the constant 1 on CUDA (specialised), which has no .to()
     return r
 
 
@@ -1178,6 +1178,9 @@ def _gemv_stream_cases(b: dict, table: str) -> list[dict]:
                               BLOCK_KU=int(b["BLOCK_K"]) // u, PARTIALS=partials,
                               REDUCE=partials and b.get("reduce", "kernel") == "atomic", DP4A=dp4a,
                               PREFETCH=bool(b.get("prefetch", False)))
+                    if mrows == 1:   # a launch with M = 1 specialises M to the constant 1 (M is not do_not_specialize)
+                        sig["M"] = "constexpr"
+                        ce = dict(ce, M=1)
                     # the bucket's max_m and N range name it (two buckets over one N range differ in max_m), then
                     # the token rows MROWS this case compiles for
                     nb = f"_m{b['max_m']}_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}_r{mrows}"
