@@ -23,6 +23,13 @@ def backend_key(device: torch.device) -> str:
     return "cuda" if device.type == "cuda" else "ascend"
 
 
+def bf16_cpu_output_reason(what: str) -> str:
+    """``supports_reason`` text for a bf16 output on CPU tensors: the interpreter truncates fp32 → bf16 where the
+    GPU rounds to nearest even, so the Triton backend refuses it there (``auto`` then takes the reference)."""
+    return (f"a bf16 {what} under TRITON_INTERPRET (CPU) would be rounded toward zero (the interpreter truncates "
+            "fp32 → bf16); bf16 outputs run on CUDA / NPU")
+
+
 def cdiv(x: int, y: int) -> int:
     """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
     ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""

@@ -28,7 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2
+from ._common import (backend_key as _backend_key, bf16_cpu_output_reason as _bf16_cpu_output_reason,
+                      cdiv as _cdiv, load_configs, next_power_of_2 as _np2)
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_EXPERTS = 1024
@@ -129,8 +130,7 @@ def supports_reason_moe_gating_top_k(x, k, *, bias=None, k_group=1, group_count=
         return "x must be a 2-D fp16/bf16/fp32 tensor [T, E]"
     T, E = x.shape
     if x.dtype == torch.bfloat16 and x.device.type == "cpu":
-        return ("a bf16 y under TRITON_INTERPRET (CPU) would be rounded toward zero (the interpreter truncates "
-                "fp32 → bf16); bf16 runs on CUDA / NPU")
+        return _bf16_cpu_output_reason("y")
     if group_count < 1 or E % group_count:
         return "group_count must divide E"
     gs = E // group_count

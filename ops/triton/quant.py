@@ -48,8 +48,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
-                      sm_count as _sm_count)
+from ._common import (backend_key as _backend_key, bf16_cpu_output_reason as _bf16_cpu_output_reason,
+                      cdiv as _cdiv, load_configs, next_power_of_2 as _np2, sm_count as _sm_count)
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -446,7 +446,7 @@ def supports_reason_rms_norm_dynamic_quant(x, gamma, *, epsilon=1e-6, residual=N
     if residual is not None and (residual.dtype not in _FLOAT_DTYPES or residual.shape != x.shape):
         return "residual must be a float tensor shaped like x"
     if residual is not None and x.dtype == torch.bfloat16 and x.device.type == "cpu":
-        return _BF16_CPU.format(what="residual_out")
+        return _bf16_cpu_output_reason("residual_out")
     return None
 
 
@@ -988,9 +988,6 @@ def _make_qmm_plan(M: int, N: int, K: int, key: str, config: dict | None, device
     return b
 
 
-# the interpreter's fp32 → bf16 cast truncates (the GPU's rounds to nearest even): bf16 outputs are refused on CPU
-_BF16_CPU = ("a bf16 {what} under TRITON_INTERPRET (CPU) would be rounded toward zero (the interpreter truncates "
-             "fp32 → bf16); bf16 outputs run on CUDA / NPU")
 _K_MAX = (2**31 - 1) // (128 * 128)   # the largest K whose int8 dot products cannot overflow int32 (= reference.quant)
 
 
@@ -1003,7 +1000,7 @@ def supports_reason_quant_matmul(x_int8, weight_int8, weight_scale, x_scale, *, 
     if out_dtype not in _OUT_DTYPES:
         return f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}"
     if out_dtype == torch.bfloat16 and x_int8.device.type == "cpu":
-        return _BF16_CPU.format(what="out")
+        return _bf16_cpu_output_reason("out")
     if x_int8.shape[1] > _K_MAX:
         return f"K > {_K_MAX} could overflow the int32 accumulator (128² · K ≥ 2³¹)"
     return None
