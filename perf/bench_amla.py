@@ -152,9 +152,7 @@ SHAPE_MEMORY = (64, 1, 16, 4096)
 SHAPES_TP = {"tp32": (64, 2, 16, 4096), "tp64": (64, 1, 64, 4096),
              # the 32-row tile at other batch sizes and as N = 32, S_q = 1 (candidates: the "tp32" list)
              "tp32_b16": (16, 2, 16, 4096), "tp32_b128": (128, 2, 16, 4096), "tp32_b256": (256, 2, 16, 4096),
-             "tp32_n32": (64, 1, 32, 4096),
-             # the compute floor shape with the "compute_wg" candidates (wgmma tiles with S split between warpgroups)
-             "compute_wg": (64, 2, 128, 4096), "tp64_wg": (64, 1, 64, 4096)}
+             "tp32_n32": (64, 1, 32, 4096)}
 TP_KINDS = []   # --tp: the TP kinds to sweep as well
 FLOOR_KINDS = ["compute", "memory"]   # --kinds: the floor shapes to sweep (both by default)
 
@@ -172,8 +170,7 @@ def sweep_candidates():
     out = []
     for kind, shape in sweep_shapes():
         out.append((kind, shape, "default (amla.json \"cuda\")", None, None))
-        lst = sw.get(kind) or (sw.get("compute_wg") if kind.endswith("_wg") else None)
-        for c in lst or sw.get(kind.split("_")[0], []):
+        for c in sw.get(kind, sw.get(kind.split("_")[0], [])):
             cfg = {k: v for k, v in c.items() if k not in ("name", "splits")}
             out.append((kind, shape, c["name"], cfg, c.get("splits")))
     return out
@@ -409,7 +406,7 @@ def main():
         if os.environ.get("TRITON_INTERPRET") != "1":
             sys.exit("--smoke needs TRITON_INTERPRET=1 in the environment")
         SMOKE, DTYPE, SHAPE_COMPUTE, SHAPE_MEMORY, SWEEP_BUDGET_S = True, torch.float16, (2, 2, 8, 80), (2, 1, 8, 80), 1e9
-        SHAPES_TP.update(tp32=(2, 1, 16, 80), tp64=(2, 2, 16, 80), compute_wg=(1, 2, 32, 80), tp64_wg=(1, 1, 64, 80))
+        SHAPES_TP.update(tp32=(2, 1, 16, 80), tp64=(2, 2, 16, 80))
         a.sweep_only = True
         dev = torch.device("cpu")
         p = type("P", (), dict(name="CPU (interpreter)", multi_processor_count=0))

@@ -109,7 +109,7 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
               D_V: tl.constexpr, D_R: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
               RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
               Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr,
-              S_REGION: tl.constexpr, MASKED: tl.constexpr):
+              MASKED: tl.constexpr):
     """One key tile [k0, k0 + BLOCK_N) of the online softmax: loads c_kv / k_rope once, S = Q·Kᵀ, rescale, O += P·V.
     MASKED=False (a full tile: k0 + BLOCK_N ≤ every valid row's limit and ≤ end): no load mask, no logit select.
     MASKED=True: keys ≥ end read as 0 and every logit at or past its row's limit (causal) is −inf.
@@ -173,20 +173,9 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
     # which see the chunks in swapped order) compute bit-identical logits. Keep the per-chain `* scale`: Triton
     # folds dot(a, b, 0) + x into dot(a, b, x), so unscaled chains would be accumulated in the MMA again (measured
     # on the H200: lse 1.3e-5 off fp64, docs/perf/amla.md, session 3)
-    if S_REGION:
-        # the same S inside a branch that is always taken: a region boundary hides the P·V dot from Triton's
-        # "chained dot" layout rule, which otherwise gives S all warps along M (on wgmma with 64 rows and 8 warps,
-        # both warpgroups compute the same S); here S's keys are split between the warpgroups, as O's columns are
-        if k0 >= 0:
-            s = (tl.dot(qa, tl.trans(k_a)) * scale + tl.dot(qb, tl.trans(k_b)) * scale) + \
-                (tl.dot(qc, tl.trans(k_c)) * scale + tl.dot(qd, tl.trans(k_d)) * scale)
-            s = s + tl.dot(qr, tl.trans(kr)) * scale
-        else:
-            s = tl.zeros((m_i.shape[0], BLOCK_N), tl.float32)
-    else:
-        s = (tl.dot(qa, tl.trans(k_a)) * scale + tl.dot(qb, tl.trans(k_b)) * scale) + \
-            (tl.dot(qc, tl.trans(k_c)) * scale + tl.dot(qd, tl.trans(k_d)) * scale)
-        s = s + tl.dot(qr, tl.trans(kr)) * scale
+    s = (tl.dot(qa, tl.trans(k_a)) * scale + tl.dot(qb, tl.trans(k_b)) * scale) + \
+        (tl.dot(qc, tl.trans(k_c)) * scale + tl.dot(qd, tl.trans(k_d)) * scale)
+    s = s + tl.dot(qr, tl.trans(kr)) * scale
     if MASKED:
         vis = (kpos[None, :] < lim[:, None]) & kmask[None, :]
         s = tl.where(vis, s, NEG_INF)                       # select, never multiply by a mask
@@ -290,7 +279,7 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
                SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr,
-               FGUARD: tl.constexpr, PEEL: tl.constexpr, S_REGION: tl.constexpr):
+               FGUARD: tl.constexpr, PEEL: tl.constexpr):
     NEG_INF: tl.constexpr = float("-inf")
     LOG2E: tl.constexpr = 1.4426950408889634
     DC: tl.constexpr = D_V // 4            # the 512 latent columns in 4 chunks (see QKᵀ below)
@@ -382,15 +371,13 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
             k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt,
             qa, qb, qc, qd, qr, qn, qrp, row_ok, col_a, col_c,
             kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
-            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, S_REGION,
-            False)
+            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, False)
     for k0 in range(full_end, end, BLOCK_N):
         acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt = _kv_block(
             k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt,
             qa, qb, qc, qd, qr, qn, qrp, row_ok, col_a, col_c,
             kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
-            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, S_REGION,
-            True)
+            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, True)
 
     # l = NaN (a NaN or +inf logit: NaN in q / c_kv, or inf) is not an empty row: out and lse become NaN, as in
     # the reference (the max reductions drop NaN, so a row of NaN logits would otherwise look key-less)
@@ -455,8 +442,7 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                      RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
                      SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, PERSISTENT: tl.constexpr,
-                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr,
-                     S_REGION: tl.constexpr = False):
+                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr):
     """Partial / final MLA decode for work items (see module docstring); scale = softmax_scale (fp32)."""
     pid = tl.program_id(0)
     if PERSISTENT:
@@ -466,14 +452,14 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                        skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                        scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                        D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP,
-                       FLAT, DV_SPLIT, FGUARD, PEEL, S_REGION)
+                       FLAT, DV_SPLIT, FGUARD, PEEL)
     else:
         _amla_tile(pid, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
                    opart_ptr, lsepart_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                    skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                    scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                    D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP,
-                   FLAT, DV_SPLIT, FGUARD, PEEL, S_REGION)
+                   FLAT, DV_SPLIT, FGUARD, PEEL)
 
 
 @triton.jit
@@ -543,7 +529,7 @@ def _backend_key(device: torch.device) -> str:
 
 
 _TILE_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core", "q_in_loop", "flat", "dv_split",
-              "rescale_skip", "peel", "s_region", "name")
+              "rescale_skip", "peel", "name")
 
 
 @functools.lru_cache(maxsize=None)
@@ -652,8 +638,7 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
                 round_c=bool(sect["amla_round_c"]), lazy=float(sect["lazy"]),
                 merge_grid=max(merge_grid, 1), merge_total=merge_total,
                 merge_warps=sect["merge"]["num_warps"], flat=flat, dv_split=dv_split,
-                float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))),
-                s_region=bool(tile.get("s_region", False)))
+                float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))))
 
 
 def _flat_slots_fit_int32(kv_cache: torch.Tensor, kr_cache: torch.Tensor, page: int) -> bool:
@@ -781,7 +766,7 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         RESCALE=1 if rescale == "amla" else 0, ROUND_C=bool(plan["round_c"] if round_c is None else round_c),
         LAZY=float(plan["lazy"] if lazy is None else lazy), SKIP=plan["skip"], SPLIT=split,
         Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"], DV_SPLIT=plan["dv_split"],
-        FGUARD=plan["float_guard"], PEEL=plan["peel"], S_REGION=plan["s_region"],
+        FGUARD=plan["float_guard"], PEEL=plan["peel"],
         num_warps=plan["num_warps"], num_stages=plan["num_stages"])
     if split and merge:
         LAST_LAUNCH["merge"] = _amla_merge_kernel[(plan["merge_grid"],)](

@@ -214,7 +214,7 @@ round43)  # session 6: the rows 17-32 tile as the compute tile (BM32 q_in_loop, 
   step perf_amla_tp32 45 python3 -m perf --device cuda --ops amla --shapes '*_sq2_n16_*,*_sq1_n32_*' --no-layer --no-dispatch --out "$OUT/perf_amla_tp32"
   step check_amla 140 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
-round44)  # session 7: wgmma tiles with S's keys split between the warpgroups (s_region): compute floor shape and B64 S_q1 N64, block size 128
+round44)  # session 7: wgmma tiles with S's keys split between the warpgroups (s_region; the switch was removed after this round, docs/perf/amla.md session 7)
   step amla_sweep15_wg 170 python3 perf/bench_amla.py "$OUT/amla_sweep15_wg.md" --sweep-only --kinds "" --tp compute_wg,tp64_wg --block-size 128 --budget 120
   ;;
 final)
