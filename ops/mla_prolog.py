@@ -15,6 +15,8 @@ import torch
 from reference import mla_prolog as _ref
 from reference.deepseek import rope_sin_cos
 
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
+
 from ._library import DsOp, Kernel, OpSpec, check_tensor, checks_enabled
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
@@ -145,6 +147,26 @@ def _check_static(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rm
         _check_scale("quant_scale_ckr", quant_scale_ckr, (Dr, 1), required=True, why=why)
 
 
+_STATIC_OK: dict = {}      # _static_key of argument sets that passed _check_static (eager calls)
+_STATIC_OK_MAX = 256
+
+
+def _static_key(tensors: tuple, scalars: tuple):
+    """What :func:`_check_static` reads of the arguments: (dtype, shape, device) of each tensor, None for None,
+    and the scalars with their types. None (never memoised) when an argument is neither a tensor nor None, or is
+    a FakeTensor (torch.compile tracing, possibly symbolic shapes)."""
+    key = []
+    for t in tensors:
+        if t is None:
+            key.append(None)
+        elif isinstance(t, torch.Tensor) and not isinstance(t, _FakeTensor):
+            key.append((t.dtype, t.shape, t.device))
+        else:
+            return None
+    key.extend((type(v), v) for v in scalars)
+    return tuple(key)
+
+
 def _check_cache_index(cache_index: torch.Tensor, num_slots: int) -> None:
     """Host-side data check: every non-negative id < num_slots, no duplicated non-negative id."""
     idx = cache_index.reshape(-1)
@@ -177,14 +199,25 @@ def _check(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_g
     Raises TypeError (wrong dtype / mode combination) or ValueError (shape, missing or extra scale,
     cache_mode other than "PA_BSND", and — in eager with checks enabled — cache_index ids ≥
     num_blocks·block_size or duplicated non-negative ids), always before anything is written.
-    (An explicit signature: binding through inspect.Signature cost ~10 µs per eager call.)
+    (An explicit signature: binding through inspect.Signature cost ~10 µs per eager call; the static checks of
+    an argument set that passed before are skipped, see :func:`_static_key`.)
     """
-    _check_static(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq, rmsnorm_gamma_ckv,
-                  rope_sin, rope_cos, kv_cache, kr_cache, cache_index=cache_index, dequant_scale_x=dequant_scale_x,
-                  dequant_scale_w_dq=dequant_scale_w_dq, dequant_scale_w_uq_qr=dequant_scale_w_uq_qr,
-                  dequant_scale_w_dkv_kr=dequant_scale_w_dkv_kr, quant_scale_ckv=quant_scale_ckv,
-                  quant_scale_ckr=quant_scale_ckr, smooth_scales_cq=smooth_scales_cq,
-                  rmsnorm_epsilon_cq=rmsnorm_epsilon_cq, rmsnorm_epsilon_ckv=rmsnorm_epsilon_ckv, cache_mode=cache_mode)
+    key = _static_key((token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq,
+                       rmsnorm_gamma_ckv, rope_sin, rope_cos, kv_cache, kr_cache, cache_index, dequant_scale_x,
+                       dequant_scale_w_dq, dequant_scale_w_uq_qr, dequant_scale_w_dkv_kr, quant_scale_ckv,
+                       quant_scale_ckr, smooth_scales_cq), (rmsnorm_epsilon_cq, rmsnorm_epsilon_ckv, cache_mode))
+    if key is None or key not in _STATIC_OK:
+        _check_static(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq, rmsnorm_gamma_ckv,
+                      rope_sin, rope_cos, kv_cache, kr_cache, cache_index=cache_index, dequant_scale_x=dequant_scale_x,
+                      dequant_scale_w_dq=dequant_scale_w_dq, dequant_scale_w_uq_qr=dequant_scale_w_uq_qr,
+                      dequant_scale_w_dkv_kr=dequant_scale_w_dkv_kr, quant_scale_ckv=quant_scale_ckv,
+                      quant_scale_ckr=quant_scale_ckr, smooth_scales_cq=smooth_scales_cq,
+                      rmsnorm_epsilon_cq=rmsnorm_epsilon_cq, rmsnorm_epsilon_ckv=rmsnorm_epsilon_ckv,
+                      cache_mode=cache_mode)
+        if key is not None:
+            if len(_STATIC_OK) >= _STATIC_OK_MAX:
+                _STATIC_OK.clear()
+            _STATIC_OK[key] = True
     if checks_enabled():
         _check_cache_index(cache_index, kv_cache.shape[0] * kv_cache.shape[1])
 

@@ -522,6 +522,41 @@ def test_bad_arguments_raise_clearly(mode, mutate, exc, match):
     assert torch.equal(bits(inp["kv_cache"]), bits(before["kv_cache"]))
 
 
+@pytest.mark.parametrize("mode,mutate,exc,match", BAD, ids=[f"{b[0]}-{b[3][:28]}" for b in BAD])
+def test_bad_arguments_raise_after_a_good_call(mode, mutate, exc, match):
+    # the eager path skips the static checks of an argument set that passed before (ops/mla_prolog._STATIC_OK):
+    # a good call first, then each bad variant must still raise, before anything is written
+    good = small(mode, T=4)
+    with ops.backend("reference"):
+        M.mla_prolog(**clone_inputs(good))
+    bad = clone_inputs(good)
+    mutate(bad)
+    before = bad["kv_cache"].clone()
+    for _ in range(2):                      # a failed check is never remembered
+        with pytest.raises(exc, match=match):
+            M.mla_prolog(**bad)
+    assert torch.equal(bits(bad["kv_cache"]), bits(before))
+
+
+def test_static_checks_memoised_on_dtype_shape_device(monkeypatch):
+    calls = []
+    real = M._check_static
+    monkeypatch.setattr(M, "_check_static", lambda *a, **k: calls.append(1) or real(*a, **k))
+    M._STATIC_OK.clear()
+    with ops.backend("reference"):
+        M.mla_prolog(**small("bf16", T=4))
+        M.mla_prolog(**small("bf16", T=4, seed=1))          # same metadata, new data: not re-checked
+        assert len(calls) == 1
+        M.mla_prolog(**small("bf16", T=5))                  # another shape
+        M.mla_prolog(**dict(small("bf16", T=4), rmsnorm_epsilon_cq=1e-3))   # another scalar
+        assert len(calls) == 3
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as fm:
+        fake = fm.from_tensor(torch.zeros(2))
+    assert M._static_key((fake,), ()) is None               # traced calls are always checked
+    assert M._static_key(([1, 2],), ()) is None              # a non-tensor argument: checked (and rejected)
+
+
 # ----------------------------------------------------------------------------------------------
 # registration: opcheck, torch.compile, FLOP formula, spec
 # ----------------------------------------------------------------------------------------------
