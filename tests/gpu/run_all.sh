@@ -217,6 +217,11 @@ round43)  # session 6: the rows 17-32 tile as the compute tile (BM32 q_in_loop, 
 round44)  # session 7: wgmma tiles with S's keys split between the warpgroups (s_region; the switch was removed after this round, docs/perf/amla.md session 7)
   step amla_sweep15_wg 170 python3 perf/bench_amla.py "$OUT/amla_sweep15_wg.md" --sweep-only --kinds "" --tp compute_wg,tp64_wg --block-size 128 --budget 120
   ;;
+round45)  # session 7: the layer vs its fp32 emulation with the current kernels (last run in session 4), mla_prolog checks after the eager static-check memo, eager host times on the GPU
+  step check_layer 120 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  step check_mla_prolog 110 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step host_overhead_gpu 90 python3 perf/host_overhead.py --gpu --repeats 5
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
