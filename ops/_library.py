@@ -1,6 +1,6 @@
 """Registration, backend switch and validation helpers shared by every ``ds::`` op.
 
-One helper, :func:`ds_op`, turns a pure-PyTorch reference into a ``torch.library`` custom op:
+One helper, :class:`DsOp`, turns a pure-PyTorch reference into a ``torch.library`` custom op:
 
 * the custom-op body (``device_types=None``) is the reference, so every device works;
 * per-device kernels attach with ``register_kernel("cuda" | "cpu" | "npu")`` through one dispatcher
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import os
 import threading
 from typing import Any, Callable, Iterator, Sequence
@@ -222,6 +223,10 @@ class DsOp:
         self._param_names = tuple(self.signature.parameters)   # for _unit_stride_vectors (per call)
         self.check = check
         self.kernels = list(kernels)
+        # help(ops.<module>.<op>) shows the op's semantics: shapes, dtypes, errors and source, from the reference
+        self.__doc__ = (f"``ds::{name}`` (also ``torch.ops.ds.{name}``): the registered op and its eager fast path, "
+                        f"dispatched to a kernel or the reference (see ops/_library.py). Semantics, from "
+                        f"{reference.__module__}.{reference.__name__}:\n\n{inspect.cleandoc(reference.__doc__ or '')}")
         self.spec = spec
         if spec is not None:
             SPECS[name] = spec

@@ -149,7 +149,7 @@ def make_inputs(shape: dict, *, dtype=torch.bfloat16, device="cpu", generator: t
     perf runner that the shape is small enough for the CPU/interpreter; ignored here.
     The cache is paged in a random page permutation; every unused slot of a last page and every
     unowned page is NaN; unused block_table entries are −1. q and the cache hold N(0,1) values
-    (``dtype``); softmax_scale is DeepSeek-V3's (≈ 0.1353). Data is drawn on ``device`` with a device
+    (``dtype``); softmax_scale is DeepSeek-V3's (≈ 0.1352). Data is drawn on ``device`` with a device
     generator seeded from ``generator`` (so large GPU shapes do not go through the host).
     """
     B, S_q, N = int(shape["B"]), int(shape["S_q"]), int(shape["N"])

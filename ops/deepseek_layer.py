@@ -335,8 +335,10 @@ class DeepseekV3DecodeLayer:
 # running a stack of layers
 # ----------------------------------------------------------------------------------------------
 def decode_step(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: PagedCache) -> list[torch.Tensor]:
-    """Run ``x`` [B, S_q, He] through ``layers`` (each layer's output feeds the next), then advance the
-    cache by S_q. Returns every layer's output [B, S_q, He] bf16 (the last one is the stack's output)."""
+    """Run ``x`` [B, S_q, He] (hidden states, any float dtype; cast to bf16) through ``layers`` (each layer's
+    output feeds the next), then advance the cache by S_q. Returns every layer's output [B, S_q, He] bf16 (the
+    last one is the stack's output). Raises ValueError if x is not [cache.batch, S_q, hidden_size] or S_q is
+    outside ds::amla's [1, 16], RuntimeError if a request would outgrow its cache pages."""
     outs = []
     for layer in layers:
         x = layer(x, cache)
@@ -348,7 +350,8 @@ def decode_step(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache:
 def prefill(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: PagedCache, *,
             chunk: int = 4) -> list[torch.Tensor]:
     """Prefill a prompt x [B, P, He] in causal chunks of ≤ ``chunk`` query tokens through the decode path
-    (``ds::amla`` is built for S_q ≤ 4). Returns every layer's output [B, P, He] bf16."""
+    (``ds::amla`` takes S_q ≤ 16, ``ops.amla.MAX_S_Q``); x: any float dtype, cast to bf16. Returns every
+    layer's output [B, P, He] bf16. Raises ValueError for chunk ≤ 0, plus :func:`decode_step`'s errors."""
     if chunk <= 0:
         raise ValueError(f"chunk must be > 0, got {chunk}")
     pieces: list[list[torch.Tensor]] = []

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA (H200) report, in two halves that each fit one device command (≤ 9 min), merged afterwards:
 #
-#     DS_OPS_GIT_SHA=<sha> bash perf/run_gpu.sh part1     # ceilings, amla (48 shapes), moe_gating_top_k (4), layer view,
+#     DS_OPS_GIT_SHA=<sha> bash perf/run_gpu.sh part1     # ceilings, amla (58 shapes), moe_gating_top_k (6), layer view,
 #                                                        #   re-run check of 6 random rows   → $OUT/perf_part1/
-#     DS_OPS_GIT_SHA=<sha> bash perf/run_gpu.sh part2     # ceilings, mla_prolog (30), dynamic_quant (15),
-#                                                        #   rms_norm_dynamic_quant (10), quant_matmul (40),
+#     DS_OPS_GIT_SHA=<sha> bash perf/run_gpu.sh part2     # ceilings, mla_prolog (30), dynamic_quant (18),
+#                                                        #   rms_norm_dynamic_quant (12), quant_matmul (56),
 #                                                        #   re-run check of 6 random rows   → $OUT/perf_part2/
 #     python -m perf --merge <part1 dir> <part2 dir> --out docs/perf/h200     # anywhere, no GPU needed
 #

@@ -60,7 +60,7 @@ def yarn_mscale(factor: float = 40.0, mscale: float = 1.0) -> float:
 
 
 def deepseek_softmax_scale(qk_nope: int = 128, qk_rope: int = 64, factor: float = 40.0, mscale_all_dim: float = 1.0) -> float:
-    """(D + Dr)^-0.5 · mscale², DeepSeek-V3's attention scale (≈ 0.1353 for the released config)."""
+    """(D + Dr)^-0.5 · mscale², DeepSeek-V3's attention scale (≈ 0.1352 for the released config)."""
     m = yarn_mscale(factor, mscale_all_dim)
     return (qk_nope + qk_rope) ** -0.5 * m * m
 

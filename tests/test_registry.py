@@ -2,6 +2,7 @@
 fullgraph (R2); the backend switch behaves as DESIGN §Dispatch says; ``import ops`` needs only torch."""
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import subprocess
@@ -68,6 +69,10 @@ def test_reference_docstring_names_shapes_errors_and_source(name):
     assert "[" in doc and "]" in doc, f"{name}: docstring gives no tensor shapes"
     assert "Raises" in doc or "raise" in doc.lower(), f"{name}: docstring does not list the errors it raises"
     assert any(w in doc for w in ("torch_npu", "arXiv", "Mirrors", "mirrors", "DESIGN", "npu_")), f"{name}: docstring cites no source"
+    # the public eager entry point (a DsOp instance) carries the same text
+    eager = getattr(importlib.import_module({"amla": "ops.amla", "mla_prolog": "ops.mla_prolog",
+                                             "moe_gating_top_k": "ops.moe_gating"}.get(name, "ops.quant")), name)
+    assert doc in (eager.__doc__ or ""), f"{name}: the DsOp's docstring is not the reference's"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_OPS))

@@ -1040,7 +1040,13 @@ def pack_weights(weights: dict, backend: str = "cuda") -> dict:
     into the layout the backend reads fastest; float weights and everything else are returned as they are.
     CUDA: K-major (a [K, N] view of a contiguous [N, K] tensor), Hopper's 8-bit MMA layout. Ascend: row-major
     (ND; FRACTAL_NZ is a storage format applied with torch_npu.npu_format_cast on the NPU). The result is
-    logically identical, so every backend computes the same numbers."""
+    logically identical, so every backend computes the same numbers.
+
+    weights: the op's keyword inputs; the packed ones keep their logical shapes (weight_dq [He, Hcq],
+    weight_uq_qr [Hcq, N·(D + Dr)], weight_dkv_kr [He, Hckv + Dr], int8). backend: "cuda" or "ascend".
+    Returns a new dict (the input dict is not modified). Raises ValueError for another backend."""
+    if backend not in ("cuda", "ascend"):
+        raise ValueError(f"backend must be 'cuda' or 'ascend', got {backend!r}")
     out = dict(weights)
     for k in ("weight_dq", "weight_uq_qr", "weight_dkv_kr"):
         w = out.get(k)

@@ -458,6 +458,8 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
     x, residual: [..., K] fp16/bf16/fp32; gamma: [K]; smooth_scales: [K] or None; epsilon: float.
     Returns (x_int8 [..., K] int8, scale [...] fp32 per-token scale, residual_out [..., K] x.dtype = x + residual).
     Mirrors ``torch_npu.npu_add_rms_norm_dynamic_quant``; semantics in reference/quant.py.
+    Raises nothing itself: inputs are not validated here (ops/quant.py checks them and raises TypeError /
+    ValueError naming the argument); see :func:`supports_reason_rms_norm_dynamic_quant` for what this kernel refuses.
     """
     return rms_norm_dynamic_quant_config(x, gamma, epsilon=epsilon, residual=residual, smooth_scales=smooth_scales)
 
@@ -1016,6 +1018,8 @@ def quant_matmul(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_scale: 
     Returns out [M, N] out_dtype = round(((Σ_k x·w as int32) · weight_scale) · x_scale + bias).
     M = 0 (or N = 0) returns an empty tensor without a launch; K = 0 gives bias (or 0).
     Launch config: the M bucket of configs/quant.json; split-K when the tiles alone would not fill the device.
+    Raises nothing itself: inputs are not validated here (ops/quant.py checks them and raises TypeError /
+    ValueError naming the argument); see :func:`supports_reason_quant_matmul` for what this kernel refuses.
     """
     return quant_matmul_config(x_int8, weight_int8, weight_scale, x_scale, bias=bias, out_dtype=out_dtype)
 
