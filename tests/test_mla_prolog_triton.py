@@ -220,6 +220,17 @@ def test_P1_noncontiguous_inputs_and_packed_weights(mode):
     assert torch.equal(bits(a["kv_cache"]), bits(b["kv_cache"])) and torch.equal(bits(a["kr_cache"]), bits(b["kr_cache"]))
 
 
+def test_pack_weights_layouts_and_unknown_backend():
+    inp = small("a8w8", T=2, seed=3)
+    cuda, asc = K.pack_weights(inp, "cuda"), K.pack_weights(inp, "ascend")
+    for k in ("weight_dq", "weight_uq_qr", "weight_dkv_kr"):
+        w = inp[k]
+        assert torch.equal(cuda[k], w) and torch.equal(asc[k], w)          # logically the same weights
+        assert cuda[k].stride() == (1, w.shape[0]) and asc[k].is_contiguous()
+    with pytest.raises(ValueError, match="backend must be 'cuda' or 'ascend', got 'CUDA'"):
+        K.pack_weights(inp, "CUDA")                                          # was: silently row-major
+
+
 @pytest.mark.parametrize("T", [1, 3])
 def test_nan_token_gives_nan_query_scale(T, table):
     """Full A8W8 + C8 (the query quantised per (token, head)): a token whose activations are NaN (here its per-token
