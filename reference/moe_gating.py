@@ -61,8 +61,9 @@ def moe_gating_top_k(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = Non
     Non-finite inputs (cases.md G4): a NaN choice score (b or group score) ranks as −inf, and a kept
     group's experts always rank above a dropped group's, so every row still yields k distinct
     in-range ids (all from kept groups). A NaN score s[idx] contributes weight 0, and a zero weight sum
-    gives weights 0 (w / eps), so y is always finite (given a finite routed_scaling_factor). +inf
-    logits are fine for sigmoid (s = 1); for softmax they make the row's s NaN, hence weights 0.
+    gives weights 0 (w / eps, or w / 1 when eps = 0), so y is always finite (given a finite
+    routed_scaling_factor). +inf logits are fine for sigmoid (s = 1); for softmax they make the row's s NaN,
+    hence weights 0.
 
     Returns
     -------
@@ -111,6 +112,8 @@ def moe_gating_top_k(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = Non
     w = s.gather(1, idx)
     w = torch.where(torch.isnan(w), torch.zeros_like(w), w)
     if norm_type == 1 or renorm == 1:
-        w = w / (w.sum(dim=-1, keepdim=True) + eps)
+        den = w.sum(dim=-1, keepdim=True) + eps
+        w = w / torch.where(den == 0, torch.ones_like(den), den)    # eps = 0 and a zero sum: weights 0, not 0/0
     y = w * routed_scaling_factor
-    return y.to(x.dtype), idx.to(torch.int32), s
+    # contiguous outputs whatever x's strides, as the fake impl and the kernel allocate them
+    return y.to(x.dtype).contiguous(), idx.to(torch.int32).contiguous(), s.contiguous()

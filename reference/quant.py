@@ -50,7 +50,9 @@ def quantize_rows(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     t = y / torch.where(scale == 0, torch.ones_like(scale), scale)
     t = torch.where(torch.isnan(t), torch.zeros_like(t), t)
     q = torch.round(t).clamp_(-QMAX, QMAX).to(torch.int8)
-    return q, scale.squeeze(-1)
+    # contiguous outputs whatever y's strides (elementwise ops keep a transposed input's layout): the op's fake
+    # impl and the kernels allocate contiguous tensors, and torch.compile relies on the fake's strides
+    return q.contiguous(), scale.squeeze(-1).contiguous()
 
 
 def dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,7 +132,7 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
     s = x.float()
     if residual is not None:
         s = s + residual.float()
-    residual_out = s.to(x.dtype, copy=True)
+    residual_out = s.to(x.dtype, copy=True, memory_format=torch.contiguous_format)
     y = rms_norm(s, gamma, epsilon)
     if smooth_scales is not None:
         y = y * smooth_scales.float()
@@ -183,7 +185,7 @@ def quant_matmul(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_scale: 
         out = out_dtype(((fp32(acc) · weight_scale[n]) · x_scale[m]) + fp32(bias[n]))   # fp32, RINT at the end
 
     Returns Tensor[(M, N)], out_dtype, contiguous. M = 0 gives an empty [0, N] tensor; K = 0 gives bias
-    (or zeros).
+    (or zeros; NaN where a scale is inf or NaN, as for any K: the scales multiply a zero accumulator).
 
     Mirrors ``torch_npu.npu_quant_matmul(x1, x2, scale, pertoken_scale=x_scale, bias=bias,
     output_dtype=out_dtype)`` on Atlas A2/A3 (float bias added after scaling; int32 bias is not supported here).

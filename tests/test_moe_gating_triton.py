@@ -119,6 +119,17 @@ def test_G4_nan_inf_rows_give_distinct_ids_and_finite_weights(dtype, table, gen)
     assert (idx[2] >= 128).all(), "a half-NaN row routes among its finite experts"
 
 
+@pytest.mark.parametrize("norm_type,renorm", [(1, 0), (0, 1)])
+def test_G4_eps_zero_and_a_zero_weight_sum_give_zero_weights(norm_type, renorm, table):
+    # session-7 audit: eps = 0 is accepted; a row whose chosen unbiased weights sum to 0 (finite logits of -200:
+    # sigmoid underflows to 0; NaN; -inf) gave 0/0 = NaN weights in both backends
+    x = torch.tensor([[-200.0] * 8, [float("nan")] * 8, [float("-inf")] * 8])
+    y, idx, _ = _check(x, k=2, k_group=1, group_count=1, group_select_mode=0, norm_type=norm_type, renorm=renorm,
+                       eps=0.0, bias=None)
+    if norm_type == 1:
+        assert (y == 0).all()
+
+
 def test_G4_softmax_nan_and_inf_rows(table, gen):
     x = torch.randn(3, 64, generator=gen)
     x[0, 5] = float("nan")

@@ -305,6 +305,20 @@ def test_split_k_is_used_for_small_m():
     assert T.plan_quant_matmul(4096, 2048, 7168, torch.device("cpu"), backend_key="cuda")["SPLIT_K"] == 1
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_zero_k_runs_the_epilogue_like_the_reference(bias, table):
+    # session-7 audit: with K = 0 the launcher copied bias (or zeros) without the scales, so an inf / NaN scale gave 0
+    # where the reference (and the kernel for any K > 0 whose accumulator is 0) gives 0 · inf = NaN
+    x, w = torch.empty(3, 0, dtype=torch.int8), torch.empty(0, 4, dtype=torch.int8)
+    ws = torch.tensor([1.0, 2.0, float("nan"), 0.5])
+    xs = torch.tensor([float("inf"), 1.0, 3.0])
+    b = torch.tensor([0.25, -1.0, 2.0, 4.0]) if bias else None
+    out = ops.quant.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
+    ref = R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
+    assert torch.isnan(out[0]).all() and torch.isnan(out[:, 2]).all()
+    torch.testing.assert_close(out, ref, equal_nan=True, rtol=0, atol=0)
+
+
 def test_exact_int32_accumulation_at_the_extremes(table):
     """All ±127 products: acc = ±127²·K exactly (K = 8192 → 132,128,768 < 2³¹)."""
     K = 8192

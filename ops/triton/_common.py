@@ -30,6 +30,12 @@ def bf16_cpu_output_reason(what: str) -> str:
             "fp32 → bf16); bf16 outputs run on CUDA / NPU")
 
 
+def unit_inner(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t`` itself when its last dim has a unit stride (or ≤ 1 element, or t is None), else a contiguous copy:
+    the kernels address per-channel vectors, scales, seq_lens and block-table rows as ``ptr + i``."""
+    return t if t is None or t.dim() == 0 or t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
 def cdiv(x: int, y: int) -> int:
     """``triton.cdiv`` for host ints. In Triton 3.9 ``triton.cdiv`` / ``triton.next_power_of_2`` are
     ``@constexpr_function`` objects whose host call costs ~2 µs (argument unwrapping); these give the same ints."""

@@ -62,7 +62,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import load_configs as _load_configs, next_power_of_2 as _np2
+from ._common import load_configs as _load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner
 
 __all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan"]
 
@@ -731,6 +731,8 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         kr_cache = torch.zeros((1, max(page, 1), 1, D_R), dtype=q_nope.dtype, device=dev)
     if block_table.numel() == 0:
         block_table = torch.zeros((B, 1), dtype=torch.int32, device=dev)
+    # a block-table row is read as row_ptr + j and seq_lens as ptr + b (a row slice of a wider table is fine)
+    block_table, seq_lens = _unit_inner(block_table), _unit_inner(seq_lens)
     if page <= 0:
         page = 1
     plan = _make_plan(B, S_q, N, max_keys, dev, config, num_splits, page) if config else \

@@ -66,7 +66,7 @@ import triton
 import triton.language as tl
 
 from ._common import (backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
-                      sm_count as _sm_count)
+                      sm_count as _sm_count, unit_inner as _unit_inner)
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -831,11 +831,6 @@ def _flat_scale(s: torch.Tensor | None, expand_to: int = 0) -> tuple[torch.Tenso
     return f, (0 if f.numel() == 1 else 1)
 
 
-def _unit_inner(t: torch.Tensor) -> torch.Tensor:
-    """``t`` itself when its last dim has a unit stride (or a single element), else a contiguous copy."""
-    return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
-
-
 def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: torch.device, *,
          int8_down: bool = False, int8_query: bool = False, backend_key: str | None = None,
          overrides: dict | None = None, cores: int | None = None, act_bytes: int = 2) -> dict:
@@ -1167,6 +1162,8 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     qsckv, s_qsckv = _flat_scale(quant_scale_ckv, Hckv if asc else 0)
     qsckr, s_qsckr = _flat_scale(quant_scale_ckr, Dr if asc else 0)
     smooth, _ = _flat_scale(smooth_scales_cq)
+    # the gammas are read as ptr + col (the registered op copies strided vectors; the launcher is public too)
+    rmsnorm_gamma_cq, rmsnorm_gamma_ckv = _unit_inner(rmsnorm_gamma_cq), _unit_inner(rmsnorm_gamma_ckv)
     f32_dummy = rmsnorm_gamma_cq  # stands in for absent pointers (never read)
     nb, bs = kv_cache.shape[0], kv_cache.shape[1]
     wsuq, _ = _flat_scale(dequant_scale_w_uq_qr)

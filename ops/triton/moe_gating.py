@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from ._common import (backend_key as _backend_key, bf16_cpu_output_reason as _bf16_cpu_output_reason,
-                      cdiv as _cdiv, load_configs, next_power_of_2 as _np2)
+                      cdiv as _cdiv, load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner)
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_EXPERTS = 1024
@@ -116,6 +116,7 @@ def _moe_gating_kernel(x_ptr, bias_ptr, y_ptr, idx_ptr, norm_ptr, T, stride_xt, 
             wts = tl.where(kcol == r, w[:, None], wts)
         if RENORM:
             tot = tl.sum(wts, axis=1) + eps
+            tot = tl.where(tot == 0.0, 1.0, tot)                  # eps = 0 and a zero sum: weights 0, not 0/0
             wts = tl.math.div_rn(wts, tl.broadcast_to(tot[:, None], wts.shape))
         wts = wts * rsf
         kmask = rmask[:, None] & (kcol < K)
@@ -180,6 +181,7 @@ def moe_gating_top_k_config(x: torch.Tensor, k: int, *, bias: torch.Tensor | Non
         return y, idx, norm_out
     if x.stride(1) != 1:
         x = x.contiguous()
+    bias = _unit_inner(bias)          # read as bias_ptr + e
     key = backend_key or _backend_key(dev)
     if config:
         grid, kw = _make_launch(T, E, k, k_group, group_count, group_select_mode, renorm, norm_type,

@@ -49,7 +49,8 @@ import triton
 import triton.language as tl
 
 from ._common import (backend_key as _backend_key, bf16_cpu_output_reason as _bf16_cpu_output_reason,
-                      cdiv as _cdiv, load_configs, next_power_of_2 as _np2, sm_count as _sm_count)
+                      cdiv as _cdiv, load_configs, next_power_of_2 as _np2, sm_count as _sm_count,
+                      unit_inner as _unit_inner)
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -426,7 +427,7 @@ def dynamic_quant_config(x: torch.Tensor, *, smooth_scales: torch.Tensor | None 
         return q, scale.zero_()
     block_m, block_k, single, grid, warps, flat, fast, stages = _row_launch_for(
         "dynamic_quant", M, K, x.device, config, backend_key)
-    s = smooth_scales if smooth_scales is not None else x2
+    s = _unit_inner(smooth_scales) if smooth_scales is not None else x2     # per-column vectors: ptr + col
     launch = dict(num_warps=warps)
     if stages and x.device.type == "cuda":
         launch["num_stages"] = stages
@@ -480,7 +481,8 @@ def rms_norm_dynamic_quant_config(x: torch.Tensor, gamma: torch.Tensor, *, epsil
     r2 = _flatten_rows(residual) if residual is not None else x2
     block_m, block_k, single, grid, warps, flat, fast, stages = _row_launch_for(
         "rms_norm_dynamic_quant", M, K, x.device, config, backend_key)
-    s = smooth_scales if smooth_scales is not None else gamma
+    gamma = _unit_inner(gamma)                                              # per-column vectors: ptr + col
+    s = _unit_inner(smooth_scales) if smooth_scales is not None else gamma
     launch = dict(num_warps=warps)
     if stages and x.device.type == "cuda":
         launch["num_stages"] = stages
@@ -1016,7 +1018,8 @@ def quant_matmul(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_scale: 
     CUDA, see ``reference.quant.pack_weight``); weight_scale: [N] fp32 per-channel scale; x_scale: [M] fp32
     per-token scale; bias: [N] float or None (added in fp32); out_dtype: bf16 / fp16 / fp32.
     Returns out [M, N] out_dtype = round(((Σ_k x·w as int32) · weight_scale) · x_scale + bias).
-    M = 0 (or N = 0) returns an empty tensor without a launch; K = 0 gives bias (or 0).
+    M = 0 (or N = 0) returns an empty tensor without a launch; K = 0 runs the epilogue on a zero accumulator
+    (bias, or 0; NaN where a scale is inf or NaN, as the reference gives).
     Launch config: the M bucket of configs/quant.json; split-K when the tiles alone would not fill the device.
     Raises nothing itself: inputs are not validated here (ops/quant.py checks them and raises TypeError /
     ValueError naming the argument); see :func:`supports_reason_quant_matmul` for what this kernel refuses.
@@ -1036,8 +1039,12 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     out = torch.empty((M, N), dtype=out_dtype, device=x_int8.device)
     if M == 0 or N == 0:
         return out
-    if K == 0:
-        out.copy_(bias.float().expand(M, N) if bias is not None else torch.zeros((M, N), device=out.device))
+    # the epilogue reads weight_scale / bias as ptr + n and x_scale as ptr + m
+    weight_scale, x_scale, bias = _unit_inner(weight_scale), _unit_inner(x_scale), _unit_inner(bias)
+    if K == 0:   # no launch: the epilogue on a zero accumulator, in the kernel's order (0 · inf scales give NaN)
+        o = torch.zeros((M, N), dtype=torch.float32, device=out.device) * weight_scale.float()[None, :]
+        o = o * x_scale.float()[:, None]
+        out.copy_(o + bias.float()[None, :] if bias is not None else o)
         return out
     dev = x_int8.device
     key = backend_key or _backend_key(dev)
