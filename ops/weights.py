@@ -225,7 +225,8 @@ def fp8_block_dequant(weight: torch.Tensor, scale_inv: torch.Tensor, block: int 
 def quantize_per_channel(w_kn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-output-channel int8 quantisation of a logical [K, N] weight
     (:func:`reference.quant.quantize_weight_per_channel`): (w_int8 [K, N] contiguous, scale fp32 [N]),
-    ``scale = max_k |w[:, n]| / 127``, ``q = round_half_even(w / scale)`` in [−127, 127]."""
+    ``scale = max_k |w[:, n]| / 127``, ``q = round_half_even(w / scale)`` in [−127, 127]. w_kn: any float
+    dtype (computed in fp32). Raises nothing of its own (an all-zero column gets scale 0 and q 0)."""
     return _qref.quantize_weight_per_channel(w_kn.float())
 
 
@@ -236,14 +237,18 @@ def smooth_factors(act_absmax: torch.Tensor, weight_absmax: torch.Tensor, alpha:
 
     act_absmax: [K] per-channel max |X| over calibration tokens; weight_absmax: [K] max |W[j, :]| over every
     weight (logical [K, N]) that reads this activation (see :func:`weight_absmax`; passing the row maxima
-    instead of the concatenated weights keeps 256 experts × [7168, 4096] out of memory).
+    instead of the concatenated weights keeps 256 experts × [7168, 4096] out of memory). Raises nothing of its
+    own; mismatched K fails in torch's broadcasting.
     """
     s = _qref.smoothquant_scales(act_absmax.float(), weight_absmax.float()[:, None], alpha)
     return (1.0 / s).float()
 
 
 def weight_absmax(*weights_kn: torch.Tensor) -> torch.Tensor:
-    """Per input channel max |W[j, :]| [K] fp32 over logical [K, N] weights that read the same activation."""
+    """Per input channel max |W[j, :]| [K] fp32 over logical [K, N] weights (any float dtype) that read the same
+    activation. Raises ValueError if no weight is given or their K differ."""
+    if not weights_kn or len({w.shape[0] for w in weights_kn}) != 1:
+        raise ValueError(f"weight_absmax needs weights with one K, got shapes {[list(w.shape) for w in weights_kn]}")
     return torch.stack([w.float().abs().amax(dim=1) for w in weights_kn]).amax(dim=0)
 
 
@@ -251,7 +256,9 @@ def weight_absmax(*weights_kn: torch.Tensor) -> torch.Tensor:
 # loading
 # ----------------------------------------------------------------------------------------------
 def layer_state_dict(state_dict: Mapping[str, torch.Tensor], layer_idx: int, prefix: str = "model.layers.") -> dict[str, torch.Tensor]:
-    """The entries of one layer with ``{prefix}{layer_idx}.`` stripped, FP8 ``*_scale_inv`` dequantised to fp32."""
+    """The entries of one layer with ``{prefix}{layer_idx}.`` stripped, FP8 ``*_scale_inv`` dequantised to fp32
+    (DeepSeek-V3's 128×128 block scales, as its inference/fp8_cast_bf16.py). Raises ValueError naming the entry if
+    an FP8 weight has no ``*_scale_inv``."""
     p = f"{prefix}{layer_idx}."
     raw = {k[len(p):]: state_dict[k] for k in state_dict.keys() if k.startswith(p)}
     out = {}

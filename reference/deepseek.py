@@ -14,7 +14,7 @@ def rms_norm(x: torch.Tensor, gamma: torch.Tensor | None, eps: float) -> torch.T
     """RmsNorm in fp32: ``x / sqrt(mean(x², -1) + eps) · gamma``.
 
     x: [..., H] any float dtype; gamma: [H] or None (no scale); eps: float. Returns fp32 [..., H].
-    Mirrors the Ascend kernels (division, not rsqrt-multiply; gamma cast to fp32).
+    Mirrors the Ascend kernels (division, not rsqrt-multiply; gamma cast to fp32). Raises nothing of its own.
     """
     x = x.float()
     y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -33,7 +33,7 @@ def rope(x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
     sin, cos: broadcastable to x, laid out half-duplicated ``[s0..s(Dr/2-1), s0..s(Dr/2-1)]``
     Returns fp32 [..., Dr] in de-interleaved order: ``y = d·cos + rotate_half(d)·sin`` with
     ``d = deinterleave(x)``. Equals HF's ``apply_rotary_pos_emb_interleave`` / ``apply_rotary_pos_emb``
-    after its view/transpose.
+    after its view/transpose. Raises nothing of its own (sin / cos must broadcast to x).
     """
     d = deinterleave(x.float())
     h = d.shape[-1] // 2
@@ -46,7 +46,8 @@ def rope_sin_cos(positions: torch.Tensor, dim: int = 64, base: float = 10000.0, 
     """(sin, cos) [T, dim] fp32 in the half-duplicated layout for integer ``positions`` [T].
 
     ``inv_freq`` [dim/2] overrides the plain ``base^(-2i/dim)`` (e.g. YaRN frequencies from HF);
-    ``scaling`` multiplies both (HF's ``attention_scaling``)."""
+    ``scaling`` multiplies both (HF's ``attention_scaling``). Mirrors HF's ``DeepseekV3RotaryEmbedding``
+    (cos / sin of positions · inv_freq, halves duplicated). Raises nothing of its own."""
     if inv_freq is None:
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
     f = positions.float()[:, None] * inv_freq.float()[None, :]

@@ -27,7 +27,6 @@ import torch
 from . import quant as _quant
 from .deepseek import rms_norm, rope
 
-INT8_K_CHUNK = 1024  # 1024·128·128 = 2^24: fp32 partial sums of int8 products stay exact
 
 
 # ----------------------------------------------------------------------------------------------
@@ -57,20 +56,16 @@ def infer_mode(token_x: torch.Tensor, weight_uq_qr: torch.Tensor, kv_cache: torc
 def int8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Exact int8×int8→int32 GEMM, returned as fp32 (the int32 → fp32 cast rounds to nearest even).
 
-    a: [M, K] int8; b: [K, N] int8. Returns fp32 [M, N] = fp32(Σ_k a·b) with the sum exact.
-    Runs on any device with fp32 matmul: K is cut into chunks of 1024 whose fp32 partial sums are
-    exact integers (|sum| ≤ 2^24), the chunks are added in int64.
+    a: [M, K] int8; b: [K, N] int8. Returns fp32 [M, N] = fp32(Σ_k a·b) with the sum exact
+    (:func:`reference.quant.int8_matmul_exact`, then int32 → fp32 as the NPU's dequant reads it). Mirrors the
+    int32 accumulator of torch_npu's int8 matmuls; raises nothing of its own.
     """
-    M, K = a.shape
-    acc = torch.zeros(M, b.shape[1], dtype=torch.int64, device=a.device)
-    for k0 in range(0, K, INT8_K_CHUNK):
-        part = a[:, k0:k0 + INT8_K_CHUNK].float() @ b[k0:k0 + INT8_K_CHUNK].float()
-        acc += part.to(torch.int64)
-    return acc.to(torch.int32).float()
+    return _quant.int8_matmul_exact(a, b).to(torch.int32).float()
 
 
 def round_half_even_int8(y: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-    """fp32 → int8: round half to even (Ascend CAST_RINT), saturate to [lo, hi]; NaN → 0."""
+    """fp32 → int8: round half to even (Ascend CAST_RINT), saturate to [lo, hi]; NaN → 0. y: any shape, fp32;
+    returns int8 of y's shape. Raises nothing."""
     q = torch.round(y).clamp(lo, hi)
     return torch.where(torch.isnan(q), torch.zeros_like(q), q).to(torch.int8)
 

@@ -153,8 +153,9 @@ def int8_matmul_exact(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Exact ``a @ b`` for int8 a [M, K], b [K, N] (any strides), as int64 [M, N], on any device.
 
     Products are accumulated in fp32 over K-chunks of 1024 (exact, see ``_EXACT_CHUNK``) and the
-    chunk sums added in int64. Equals the int32 accumulator of an int8 GEMM whenever that does not
-    overflow (K ≤ 131071 guarantees it)."""
+    chunk sums added in int64. Equals the int32 accumulator of an int8 GEMM (torch_npu.npu_quant_matmul's,
+    cuBLAS's) whenever that does not overflow (K ≤ 131071 guarantees it). Raises nothing of its own (a K
+    mismatch fails in torch's matmul)."""
     M, K = a.shape
     N = b.shape[1]
     acc = torch.zeros(M, N, dtype=torch.int64, device=a.device)
@@ -289,7 +290,9 @@ def fractal_nz(w: torch.Tensor) -> torch.Tensor:
 
 
 def fractal_nz_to_nd(nz: torch.Tensor, K: int, N: int) -> torch.Tensor:
-    """Inverse of :func:`fractal_nz`: [N1, K1, 16, n0] → the logical [K, N] matrix (contiguous)."""
+    """Inverse of :func:`fractal_nz`: nz [N1, K1, 16, n0] (any dtype) → the logical [K, N] matrix (contiguous,
+    nz's dtype), dropping the padding. The layout is CANN's FRACTAL_NZ (torch_npu.npu_format_cast 29). Raises
+    nothing of its own."""
     n1, k1, _, n0 = nz.shape
     return nz.permute(1, 2, 0, 3).reshape(k1 * 16, n1 * n0)[:K, :N].contiguous()
 

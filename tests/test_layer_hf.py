@@ -457,3 +457,13 @@ def test_layer_config_from_deepseek_config_json():
     hf = DeepseekV3Config(**{k: v for k, v in cj.items() if k not in ("rope_scaling", "rope_theta")},
                           rope_parameters={**cj["rope_scaling"], "rope_type": "yarn", "rope_theta": 10000.0})
     assert yarn_inv_freq(LayerConfig.from_hf(hf))[0].tolist() == yarn_inv_freq(lc)[0].tolist()
+
+
+def test_weight_absmax_rejects_no_weights_and_mismatched_k():
+    from ops.weights import weight_absmax
+    w1, w2 = torch.randn(6, 3), torch.randn(6, 5)
+    assert torch.equal(weight_absmax(w1, w2), torch.maximum(w1.abs().amax(1), w2.abs().amax(1)))
+    with pytest.raises(ValueError, match="one K"):
+        weight_absmax()
+    with pytest.raises(ValueError, match=r"\[6, 3\], \[7, 3\]"):
+        weight_absmax(w1, torch.randn(7, 3))
