@@ -152,7 +152,9 @@ SHAPE_MEMORY = (64, 1, 16, 4096)
 SHAPES_TP = {"tp32": (64, 2, 16, 4096), "tp64": (64, 1, 64, 4096),
              # the 32-row tile at other batch sizes and as N = 32, S_q = 1 (candidates: the "tp32" list)
              "tp32_b16": (16, 2, 16, 4096), "tp32_b128": (128, 2, 16, 4096), "tp32_b256": (256, 2, 16, 4096),
-             "tp32_n32": (64, 1, 32, 4096)}
+             "tp32_n32": (64, 1, 32, 4096),
+             # small batches (many KV splits, where the merge launch is a large share): the "smallb" candidates
+             "smallb_b1": (1, 1, 16, 4096), "smallb_b16": (16, 1, 16, 4096), "smallb_b1l1k": (1, 1, 16, 1024)}
 TP_KINDS = []   # --tp: the TP kinds to sweep as well
 FLOOR_KINDS = ["compute", "memory"]   # --kinds: the floor shapes to sweep (both by default)
 
@@ -406,7 +408,7 @@ def main():
         if os.environ.get("TRITON_INTERPRET") != "1":
             sys.exit("--smoke needs TRITON_INTERPRET=1 in the environment")
         SMOKE, DTYPE, SHAPE_COMPUTE, SHAPE_MEMORY, SWEEP_BUDGET_S = True, torch.float16, (2, 2, 8, 80), (2, 1, 8, 80), 1e9
-        SHAPES_TP.update(tp32=(2, 1, 16, 80), tp64=(2, 2, 16, 80))
+        SHAPES_TP.update(tp32=(2, 1, 16, 80), tp64=(2, 2, 16, 80), smallb_b1=(1, 1, 16, 80))
         a.sweep_only = True
         dev = torch.device("cpu")
         p = type("P", (), dict(name="CPU (interpreter)", multi_processor_count=0))

@@ -630,6 +630,38 @@ def test_merge_false_runs_only_the_forward_kernel(gen):
     assert "merge" in tri.LAST_LAUNCH
 
 
+@pytest.mark.parametrize("dv_split", [1, 2])
+@pytest.mark.parametrize("variant", ["amla", "amla_lazy", "multiply_lazy"])
+@pytest.mark.parametrize("key", ["interpreter", "cuda", "ascend"])
+def test_fused_merge_matches_the_merge_kernel(gen, key, variant, dv_split):
+    """fused_merge (the CUDA default): the program of a row block that finishes last merges the splits inside the
+    forward kernel, with no merge launch. Same result as the merge kernel up to fp32 rounding (the merge kernel sums
+    the split weights by a tree, the fused merge in split order), close to the reference, with zero-length rows and
+    empty splits; deterministic; every counter is left at 0 (the next call and quant_matmul reuse them)."""
+    from ops.triton import _common as C
+    args = make(3, 2, 8, [0, 70, 33], gen)
+    for ns in (2, 5):
+        cfg = {"key": key, "dv_split": dv_split}
+        o1, l1 = run(args, variant=variant, config=dict(cfg, fused_merge=False), num_splits=ns)
+        assert "merge" in tri.LAST_LAUNCH
+        o2, l2 = check(args, variant=variant, config=dict(cfg, fused_merge=True), num_splits=ns)
+        assert "merge" not in tri.LAST_LAUNCH and tri.LAST_LAUNCH["plan"]["dv_split"] == dv_split
+        assert_close(o2, o1, "fp16")
+        assert torch.equal(torch.isneginf(l2), torch.isneginf(l1)) and torch.isneginf(l2[0]).all()
+        fin = torch.isfinite(l1)
+        assert (l2[fin] - l1[fin]).abs().max() <= 1e-6
+        o3, l3 = run(args, variant=variant, config=dict(cfg, fused_merge=True), num_splits=ns)
+        assert torch.equal(o3, o2) and torch.equal(l3, l2), "not deterministic"
+    assert all(int(buf.abs().sum()) == 0 for buf, _ in C._COUNTERS.values())
+
+
+def test_fused_merge_is_the_cuda_default_and_off_elsewhere():
+    dev = torch.device("cpu")
+    assert tri.launch_plan(64, 1, 16, 4096, dev, {"key": "cuda"})["fused_merge"]
+    assert not tri.launch_plan(64, 1, 16, 4096, dev, {"key": "ascend"})["fused_merge"]
+    assert not tri.launch_plan(64, 1, 16, 4096, dev, {"key": "interpreter"})["fused_merge"]
+
+
 @pytest.mark.parametrize("variant", ["amla_lazy", "multiply_lazy"])
 def test_A5_peeled_flat_loop_with_empty_splits_and_exact_tiles(gen, variant):
     """The "cuda" table's peeled FLAT loop (page id loaded one tile ahead) with L = 0, 1, BLOCK_N, BLOCK_N + 1,
