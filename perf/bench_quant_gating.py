@@ -47,7 +47,6 @@ except Exception as e:  # noqa: BLE001
 import triton  # noqa: E402
 
 from ops.triton import moe_gating as TG  # noqa: E402
-from ops.triton import _common as TC  # noqa: E402
 from ops.triton import quant as TQ  # noqa: E402
 from reference import moe_gating as RG  # noqa: E402
 from reference import quant as RQ  # noqa: E402
@@ -681,7 +680,7 @@ def sweep_qmm(S: _Sweep, sets):
                     S.results.append(dict(kind="qmm", bucket=gname, M=M, K=K, N=N, name=name, config=c, us=t, ok=not bad,
                                           ideal=K * N / (S.bw * 1e9) * 1e6))
     # the counters must be back at zero after all those calls
-    bad_cnt = [k for k, (buf, _) in TC._COUNTERS.items() if int(buf.abs().sum().item()) != 0]
+    bad_cnt = [k for k, (buf, _) in TQ._COUNTERS.items() if int(buf.abs().sum().item()) != 0]
     emit(f"\n<!-- split-K counters all zero after the sweep: {not bad_cnt} -->")
 
 

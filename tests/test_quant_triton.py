@@ -28,7 +28,6 @@ from tests.tolerances import assert_close, poisoned_empty
 pytestmark = [requires_triton, pytest.mark.interpreter]
 
 T = pytest.importorskip("ops.triton.quant")
-C = pytest.importorskip("ops.triton._common")
 
 # The kernels here run on CPU tensors, which needs the interpreter (conftest sets TRITON_INTERPRET=1 only when
 # there is no CUDA device). On a CUDA machine those tests are skipped; the ones marked @_gpu (CUDA graphs, bf16 on
@@ -592,7 +591,7 @@ def test_split_k_atomic_reduction_equals_two_kernel_and_reference(M, K, N, split
         outs[red] = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
     assert torch.equal(outs["kernel"], outs["atomic"])
     assert_close(outs["atomic"], ref, "fp32")
-    buf, _ = C._COUNTERS[("cpu", None)]
+    buf, _ = T._COUNTERS[("cpu", None)]
     assert int(buf.abs().sum()) == 0, "split-K counters must be reset by the reducing program"
 
 
@@ -654,11 +653,11 @@ def test_split_target_per_bucket_and_counter_regions():
     p1 = T.plan_quant_matmul(1, 2112, 7168, torch.device("cpu"), b, backend_key="cuda")
     p2 = T.plan_quant_matmul(1, 2112, 7168, torch.device("cpu"), dict(b, split_target=264), backend_key="cuda")
     assert p1["SPLIT_K"] == 1 and p2["SPLIT_K"] == 7, "the bucket's split_target (264 // 33 = 8 → 7 BLOCK_K-aligned splits)"
-    c1 = C.counters(torch.device("cpu"), 33)
-    c2 = C.counters(torch.device("cpu"), 200)
+    c1 = T._counters(torch.device("cpu"), 33)
+    c2 = T._counters(torch.device("cpu"), 200)
     assert c1.data_ptr() == c2.data_ptr() and c1.numel() >= 200, "one region per stream, reused"
-    big = C.counters(torch.device("cpu"), C._CNT_REGION + 1)
-    assert big.numel() == C._CNT_REGION + 1 and int(big.abs().sum()) == 0
+    big = T._counters(torch.device("cpu"), T._CNT_REGION + 1)
+    assert big.numel() == T._CNT_REGION + 1 and int(big.abs().sum()) == 0
 
 
 @_host
@@ -696,14 +695,14 @@ def test_Q1_token_counts_through_the_atomic_split_k_reduction(M, mask_m, gen):
 def test_split_k_counters_survive_changing_shapes_and_overflowing_the_region(gen, monkeypatch):
     """Consecutive atomic split-K calls with different M / N (tile counts below, above and again below a counter
     region, the ones above take a fresh buffer): every result exact, the shared region left at zero each time."""
-    monkeypatch.setattr(C, "_CNT_REGION", 4)
-    monkeypatch.setattr(C, "_COUNTERS", {})
+    monkeypatch.setattr(T, "_CNT_REGION", 4)
+    monkeypatch.setattr(T, "_COUNTERS", {})
     cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=3, split_k=3, reduce="atomic")
     for M, N in ((3, 40), (20, 90), (1, 16), (33, 50), (5, 64)):   # tiles 3, 12, 1, 12, 4
         x, w, ws, xs, b = _qmm_inputs(M, 700, N, gen, bias=True)
         out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
         assert torch.equal(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)), (M, N)
-        buf, _ = C._COUNTERS[("cpu", None)]
+        buf, _ = T._COUNTERS[("cpu", None)]
         assert int(buf.abs().sum()) == 0, (M, N)
 
 
@@ -765,8 +764,8 @@ def test_split_k_counters_under_cuda_graph_capture_and_a_second_stream():
     a side stream interleaved with replays: every result bit-identical to the two-kernel split-K path (int32
     sums are exact), counters back at zero."""
     dev, x, w, ws, xs, b, plan = _cuda_atomic_split_k_case(4, seed=5)
-    C._COUNTERS.pop(("cuda", dev.index), None)
-    C._COUNTERS.pop(("cuda", torch.cuda.current_device()), None)
+    T._COUNTERS.pop(("cuda", dev.index), None)
+    T._COUNTERS.pop(("cuda", torch.cuda.current_device()), None)
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -774,7 +773,7 @@ def test_split_k_counters_under_cuda_graph_capture_and_a_second_stream():
         T.quant_matmul(x, w, ws, xs, bias=b)                          # warm-up (compiles; creates the buffer)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    C._COUNTERS.clear()                                               # the capture is the first call again
+    T._COUNTERS.clear()                                               # the capture is the first call again
     with torch.cuda.graph(graph):
         out_g = T.quant_matmul(x, w, ws, xs, bias=b)
     want = T.quant_matmul_config(x, w, ws, xs, bias=b, config=dict(plan, reduce="kernel"))   # two-kernel path
@@ -786,7 +785,7 @@ def test_split_k_counters_under_cuda_graph_capture_and_a_second_stream():
             eager2 = T.quant_matmul(x, w, ws, xs, bias=b)
         torch.cuda.synchronize()
         assert torch.equal(out_g, want) and torch.equal(eager, want) and torch.equal(eager2, want)
-    for buf, _ in C._COUNTERS.values():
+    for buf, _ in T._COUNTERS.values():
         assert int(buf.abs().sum()) == 0
 
 
@@ -915,7 +914,7 @@ def test_Q2_m128_narrow_n_bucket(M, gen):
     out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float16, backend_key="cuda")
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float16), torch.float16)
     if p["SPLIT_K"] > 1 and p.get("reduce") == "atomic":
-        buf, _ = C._COUNTERS[("cpu", None)]
+        buf, _ = T._COUNTERS[("cpu", None)]
         assert int(buf.abs().sum()) == 0
 
 
@@ -1017,7 +1016,7 @@ def test_mask_m_split_k_reductions_layouts_and_groups(M, K, N, split, reduce, gr
     assert torch.equal(outs[0], outs[1])
     _exact_vs_reference(outs[1], R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
     if split > 1 and reduce == "atomic":
-        buf, _ = C._COUNTERS[("cpu", None)]
+        buf, _ = T._COUNTERS[("cpu", None)]
         assert int(buf.abs().sum()) == 0
 
 
@@ -1077,7 +1076,7 @@ def test_mma_variants_bit_identical_to_reference(case, out_dtype, gen):
     out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg, backend_key=table)
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype)
     if split > 1 and reduce == "atomic":
-        buf, _ = C._COUNTERS[("cpu", None)]
+        buf, _ = T._COUNTERS[("cpu", None)]
         assert int(buf.abs().sum()) == 0
 
 
@@ -1188,7 +1187,7 @@ def test_gpu_mma_variants_bit_identical_and_graph_safe():
                    (128, _variant("swap", 128, 64, 128, split="auto")),
                    (16, _variant("dot", 16, 16, 256, split=7))):
         _gpu_config_exact_eager_and_graph(M, K, N, cfg, g, dev)
-    for buf, _ in C._COUNTERS.values():
+    for buf, _ in T._COUNTERS.values():
         assert int(buf.abs().sum()) == 0
 
 
@@ -1296,7 +1295,7 @@ def test_gemv_stream_bit_identical_to_reference(case, out_dtype, gen):
         out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg, backend_key="cuda")
         _exact_vs_reference(out, ref, out_dtype)
     if split > 1 and reduce == "atomic":
-        buf, _ = C._COUNTERS[("cpu", None)]
+        buf, _ = T._COUNTERS[("cpu", None)]
         assert int(buf.abs().sum()) == 0
 
 
@@ -1521,5 +1520,5 @@ def test_gpu_gemv_stream_dp4a_bit_identical_and_graph_safe():
                            ((1, 7168, 2112), _gs(4, 1024, pf=True)), ((2, 1000, 301), _gs(4, 256, split=3, pf=True)),
                            ((1, 7168, 2112), _gs(4, 1024, dp4a=False, pf=True))):
         _gpu_config_exact_eager_and_graph(M, K, N, cfg, g, dev)
-    for buf, _ in C._COUNTERS.values():
+    for buf, _ in T._COUNTERS.values():
         assert int(buf.abs().sum()) == 0

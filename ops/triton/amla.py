@@ -11,9 +11,6 @@ One source for CUDA (NVIDIA), Ascend (triton-ascend 3.2 language subset) and the
   or a partial (O normalised, lse in log2 units; an empty range writes lse = −inf, the "empty" marker).
 * ``_amla_merge_kernel`` — combines the splits of one query row: splits with lse = −inf are excluded
   (their O is never read; no −inf − (−inf)); a row with no key at all gets out = 0, lse = −inf.
-  With ``fused_merge`` (CUDA) there is no second launch: the program of a row block that finishes last (an int32
-  counter per row block, bumped with acq_rel after a CTA barrier, reset to 0 by that program) merges the block's
-  splits the same way (``_merge_block``), reading the other programs' partials through L2.
 
 Rescale of the running output when the row maximum grows (constexpr ``RESCALE``):
 
@@ -65,8 +62,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import counters as _counters, load_configs as _load_configs, next_power_of_2 as _np2, \
-    unit_inner as _unit_inner
+from ._common import load_configs as _load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner
 
 __all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan"]
 
@@ -274,7 +270,7 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
 
 @triton.jit
 def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
-               opart_ptr, lsepart_ptr, cnt_ptr,
+               opart_ptr, lsepart_ptr,
                sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                skv_p, skv_s, skr_p, skr_s, sbt_b,
                so_b, so_s, so_h, sl_b, sl_s, sl_h,
@@ -283,7 +279,7 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
                SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr,
-               FGUARD: tl.constexpr, PEEL: tl.constexpr, FUSE_MERGE: tl.constexpr):
+               FGUARD: tl.constexpr, PEEL: tl.constexpr):
     NEG_INF: tl.constexpr = float("-inf")
     LOG2E: tl.constexpr = 1.4426950408889634
     DC: tl.constexpr = D_V // 4            # the 512 latent columns in 4 chunks (see QKᵀ below)
@@ -412,82 +408,21 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
         if DV_SPLIT == 1:
             tl.store(po + col_c + dc[None, :], acc2 * inv[:, None], mask=omask)
             tl.store(po + (col_c + DC) + dc[None, :], acc3 * inv[:, None], mask=omask)
-        if FUSE_MERGE:
-            # the program of this row block that finishes last (over splits and column halves) merges the splits:
-            # no merge launch. The counter is left at 0 again (it must start zeroed: ops/triton/_common.counters)
-            tl.debug_barrier()                              # every thread's partial stores precede the release
-            tile = b * NUM_M + mb
-            arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
-            if arrived == NUM_SPLITS * DV_SPLIT - 1:
-                m0, m1, m2, m3, lse_m = _merge_block(opart_ptr, lsepart_ptr, b64, rows, row_ok, ROWS, NUM_SPLITS, D_V)
-                _store_out(out_ptr, lse_ptr, b64, rows, row_ok, row_ok, tok, N, so_b, so_s, so_h, sl_b, sl_s, sl_h,
-                           m0, m1, m2, m3, lse_m, 0, 2 * DC, D_V, FLAT, 1)
-                tl.atomic_xchg(cnt_ptr + tile, 0)
     else:
-        _store_out(out_ptr, lse_ptr, b64, rows, row_ok, lse_ok, tok, N, so_b, so_s, so_h, sl_b, sl_s, sl_h,
-                   acc0 * inv[:, None], acc1 * inv[:, None], acc2 * inv[:, None], acc3 * inv[:, None], lse,
-                   col_a, col_c, D_V, FLAT, DV_SPLIT)
-
-
-@triton.jit
-def _store_out(out_ptr, lse_ptr, b64, rows, row_ok, lse_ok, tok, N, so_b, so_s, so_h, sl_b, sl_s, sl_h,
-               o0, o1, o2, o3, lse, col_a, col_c, D_V: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr):
-    """Final rows of one block: out's column chunks col_a, col_a + DC (and col_c, col_c + DC when DV_SPLIT == 1)
-    from o0..o3 [BM, DC] fp32, rounded to out's dtype, and lse [BM] where lse_ok."""
-    DC: tl.constexpr = D_V // 4
-    dc = tl.arange(0, DC)
-    odt = out_ptr.dtype.element_ty
-    if FLAT:
-        ob = out_ptr + b64 * so_b + (rows * so_h)[:, None]
-        l_ptr = lse_ptr + b64 * sl_b + rows * sl_h
-    else:
-        head = rows % N
-        ob = out_ptr + (b64 * so_b + tok.to(tl.int64) * so_s + head.to(tl.int64) * so_h)[:, None]
-        l_ptr = lse_ptr + (b64 * sl_b + tok.to(tl.int64) * sl_s + head.to(tl.int64) * sl_h)
-    tl.store(ob + col_a + dc[None, :], o0.to(odt), mask=row_ok[:, None])
-    tl.store(ob + (col_a + DC) + dc[None, :], o1.to(odt), mask=row_ok[:, None])
-    if DV_SPLIT == 1:
-        tl.store(ob + col_c + dc[None, :], o2.to(odt), mask=row_ok[:, None])
-        tl.store(ob + (col_c + DC) + dc[None, :], o3.to(odt), mask=row_ok[:, None])
-    tl.store(l_ptr, lse, mask=lse_ok)
-
-
-@triton.jit
-def _merge_block(opart_ptr, lsepart_ptr, b64, rows, row_ok, ROWS, NUM_SPLITS, D_V: tl.constexpr):
-    """The split merge of :func:`_amla_merge_row` for a block of rows, in the forward kernel (``fused_merge``):
-    returns (o0..o3 [BM, DC] fp32, lse [BM]). Splits are read in order through L2 (``.cg``: another program wrote
-    them), so the result does not depend on which program arrives last; empty splits (lse −inf) are excluded and
-    their O is never read; a NaN split makes the row NaN; a row with no key gets out 0, lse −inf."""
-    NEG_INF: tl.constexpr = float("-inf")
-    LOG2E: tl.constexpr = 1.4426950408889634
-    DC: tl.constexpr = D_V // 4
-    dc = tl.arange(0, DC)
-    pb = b64 * NUM_SPLITS * ROWS + rows                 # split 0's partial rows
-    mx = tl.load(lsepart_ptr + pb, mask=row_ok, other=NEG_INF, cache_modifier=".cg")
-    for sp in range(1, NUM_SPLITS):
-        mx = tl.maximum(mx, tl.load(lsepart_ptr + pb + sp * ROWS, mask=row_ok, other=NEG_INF, cache_modifier=".cg"))
-    mx = tl.where(mx == NEG_INF, 0.0, mx)
-    den = tl.zeros(mx.shape, tl.float32)
-    a0 = tl.zeros((mx.shape[0], DC), tl.float32)
-    a1 = tl.zeros((mx.shape[0], DC), tl.float32)
-    a2 = tl.zeros((mx.shape[0], DC), tl.float32)
-    a3 = tl.zeros((mx.shape[0], DC), tl.float32)
-    for sp in range(0, NUM_SPLITS):
-        ls = tl.load(lsepart_ptr + pb + sp * ROWS, mask=row_ok, other=NEG_INF, cache_modifier=".cg")
-        live = ls != NEG_INF
-        ws = tl.where(live, tl.exp2((ls - mx) * LOG2E), 0.0)
-        den += ws
-        po = opart_ptr + ((pb + sp * ROWS) * D_V)[:, None] + dc[None, :]
-        om = (row_ok & live)[:, None]
-        a0 += ws[:, None] * tl.load(po, mask=om, other=0.0, cache_modifier=".cg")
-        a1 += ws[:, None] * tl.load(po + DC, mask=om, other=0.0, cache_modifier=".cg")
-        a2 += ws[:, None] * tl.load(po + 2 * DC, mask=om, other=0.0, cache_modifier=".cg")
-        a3 += ws[:, None] * tl.load(po + 3 * DC, mask=om, other=0.0, cache_modifier=".cg")
-    has = (den > 0.0) | (den != den)
-    dsafe = tl.where(has, den, 1.0)
-    inv = tl.where(has, 1.0 / dsafe, 0.0)
-    lse = tl.where(has, mx + tl.log(dsafe), NEG_INF)
-    return a0 * inv[:, None], a1 * inv[:, None], a2 * inv[:, None], a3 * inv[:, None], lse
+        odt = out_ptr.dtype.element_ty
+        if FLAT:
+            ob = out_ptr + b64 * so_b + (rows * so_h)[:, None]
+            l_ptr = lse_ptr + b64 * sl_b + rows * sl_h
+        else:
+            head = rows % N
+            ob = out_ptr + (b64 * so_b + tok.to(tl.int64) * so_s + head.to(tl.int64) * so_h)[:, None]
+            l_ptr = lse_ptr + (b64 * sl_b + tok.to(tl.int64) * sl_s + head.to(tl.int64) * sl_h)
+        tl.store(ob + col_a + dc[None, :], (acc0 * inv[:, None]).to(odt), mask=row_ok[:, None])
+        tl.store(ob + (col_a + DC) + dc[None, :], (acc1 * inv[:, None]).to(odt), mask=row_ok[:, None])
+        if DV_SPLIT == 1:
+            tl.store(ob + col_c + dc[None, :], (acc2 * inv[:, None]).to(odt), mask=row_ok[:, None])
+            tl.store(ob + (col_c + DC) + dc[None, :], (acc3 * inv[:, None]).to(odt), mask=row_ok[:, None])
+        tl.store(l_ptr, lse, mask=lse_ok)
 
 
 # runtime sizes are not specialised (no recompiles per batch / split count / table width); strides are
@@ -498,7 +433,7 @@ LAST_LAUNCH: dict = {}   # the compiled kernels of the latest launch (perf reads
 
 @triton.jit(do_not_specialize=_NO_SPEC_FWD)
 def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
-                     opart_ptr, lsepart_ptr, cnt_ptr,
+                     opart_ptr, lsepart_ptr,
                      sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                      skv_p, skv_s, skr_p, skr_s, sbt_b,
                      so_b, so_s, so_h, sl_b, sl_s, sl_h,
@@ -507,34 +442,40 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                      RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
                      SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, PERSISTENT: tl.constexpr,
-                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr,
-                     FUSE_MERGE: tl.constexpr = False):
+                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr):
     """Partial / final MLA decode for work items (see module docstring); scale = softmax_scale (fp32)."""
     pid = tl.program_id(0)
     if PERSISTENT:
         for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
             _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
-                       opart_ptr, lsepart_ptr, cnt_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
+                       opart_ptr, lsepart_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                        skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                        scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                        D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP,
-                       FLAT, DV_SPLIT, FGUARD, PEEL, FUSE_MERGE)
+                       FLAT, DV_SPLIT, FGUARD, PEEL)
     else:
         _amla_tile(pid, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
-                   opart_ptr, lsepart_ptr, cnt_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
+                   opart_ptr, lsepart_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                    skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                    scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                    D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP,
-                   FLAT, DV_SPLIT, FGUARD, PEEL, FUSE_MERGE)
+                   FLAT, DV_SPLIT, FGUARD, PEEL)
 
 
 @triton.jit
 def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
-                    N, ROWS, NUM_SPLITS, D_V: tl.constexpr, SPLITS_P2: tl.constexpr):
+                    N, ROWS, NUM_SPLITS, D_V: tl.constexpr, SPLITS_P2: tl.constexpr, DV_BLOCK: tl.constexpr,
+                    VEC: tl.constexpr):
+    """Work item = (query row, block of DV_BLOCK output columns). VEC (CUDA): every split's O block is loaded at
+    once as a [SPLITS_P2, DV_BLOCK] tile and summed along the splits (one L2 round trip per program); else a loop
+    over the splits (Ascend: its masks are the `dv < bound` form triton-ascend lowers to block copies)."""
     NEG_INF: tl.constexpr = float("-inf")
     LOG2E: tl.constexpr = 1.4426950408889634
-    r = work % ROWS
-    b = (work // ROWS).to(tl.int64)
+    NCB: tl.constexpr = D_V // DV_BLOCK
+    cb = work % NCB
+    row = work // NCB
+    r = row % ROWS
+    b = (row // ROWS).to(tl.int64)
     sp = tl.arange(0, SPLITS_P2)
     base = b * NUM_SPLITS * ROWS + r
     lse_s = tl.load(lsepart_ptr + base + sp * ROWS, mask=sp < NUM_SPLITS, other=NEG_INF)
@@ -542,17 +483,23 @@ def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, 
     mx = tl.where(mx == NEG_INF, 0.0, mx)
     w = tl.where(lse_s == NEG_INF, 0.0, tl.exp2((lse_s - mx) * LOG2E))
     den = tl.sum(w, axis=0)
-    dv = tl.arange(0, D_V)
-    acc = tl.zeros((D_V,), tl.float32)
-    for s in range(0, NUM_SPLITS):
-        ls = tl.load(lsepart_ptr + base + s * ROWS)
-        live = ls != NEG_INF
-        ws = tl.where(live, tl.exp2((ls - mx) * LOG2E), 0.0)
-        # an empty split's O is never read: the mask is `dv < bound` with a scalar bound (0 for an empty split),
-        # the form triton-ascend lowers to a block copy of `bound` elements
-        n_live = tl.where(live, D_V, 0)
-        o = tl.load(opart_ptr + (base + s * ROWS) * D_V + dv, mask=dv < n_live, other=0.0)
-        acc += ws * o
+    dv = cb * DV_BLOCK + tl.arange(0, DV_BLOCK)
+    if VEC:
+        # empty splits (lse −inf, and the padding past NUM_SPLITS) are masked: their O is never read
+        live = (sp < NUM_SPLITS) & (lse_s != NEG_INF)
+        o_s = tl.load(opart_ptr + ((base + sp * ROWS) * D_V)[:, None] + dv[None, :], mask=live[:, None], other=0.0)
+        acc = tl.sum(w[:, None] * o_s, axis=0)
+    else:
+        acc = tl.zeros((DV_BLOCK,), tl.float32)
+        for s in range(0, NUM_SPLITS):
+            ls = tl.load(lsepart_ptr + base + s * ROWS)
+            live = ls != NEG_INF
+            ws = tl.where(live, tl.exp2((ls - mx) * LOG2E), 0.0)
+            # an empty split's O is never read: the mask is `dv < bound` with a scalar bound (0 for an empty split),
+            # the form triton-ascend lowers to a block copy of `bound` elements
+            n_live = tl.where(live, (cb + 1) * DV_BLOCK, 0)
+            o = tl.load(opart_ptr + (base + s * ROWS) * D_V + dv, mask=dv < n_live, other=0.0)
+            acc += ws * o
     has = (den > 0.0) | (den != den)                # a NaN split's lse makes den NaN: out and lse NaN, never empty
     dsafe = tl.where(has, den, 1.0)
     o = tl.where(has, acc / dsafe, 0.0)
@@ -560,22 +507,23 @@ def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, 
     tok = r // N
     head = r % N
     tl.store(out_ptr + b * so_b + tok * so_s + head * so_h + dv, o.to(out_ptr.dtype.element_ty))
-    tl.store(lse_ptr + b * sl_b + tok * sl_s + head * sl_h, lse)
+    tl.store(lse_ptr + b * sl_b + tok * sl_s + head * sl_h, lse, mask=cb == 0)
 
 
 @triton.jit(do_not_specialize=_NO_SPEC_MERGE)
 def _amla_merge_kernel(opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                        N, ROWS, NUM_SPLITS, TOTAL_WORK,
-                       D_V: tl.constexpr, SPLITS_P2: tl.constexpr, PERSISTENT: tl.constexpr):
+                       D_V: tl.constexpr, SPLITS_P2: tl.constexpr, PERSISTENT: tl.constexpr,
+                       DV_BLOCK: tl.constexpr = 512, VEC: tl.constexpr = False):
     """Merge the KV splits of each query row (one row per work item); empty splits (lse −inf) excluded."""
     pid = tl.program_id(0)
     if PERSISTENT:
         for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
             _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
-                            N, ROWS, NUM_SPLITS, D_V, SPLITS_P2)
+                            N, ROWS, NUM_SPLITS, D_V, SPLITS_P2, DV_BLOCK, VEC)
     else:
         _amla_merge_row(pid, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
-                        N, ROWS, NUM_SPLITS, D_V, SPLITS_P2)
+                        N, ROWS, NUM_SPLITS, D_V, SPLITS_P2, DV_BLOCK, VEC)
 
 
 # ==============================================================================================
@@ -695,7 +643,7 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
     total = programs * num_splits
     persistent = bool(sect["persistent"])
     grid = min(total, target) if persistent else total
-    merge_total = B * rows
+    merge_total = B * rows          # query rows to merge (the launcher splits them into column blocks)
     merge_grid = min(merge_total, sect.get("vector_cores", cores)) if persistent else merge_total
     return dict(key=key, BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"], num_warps=tile["num_warps"],
                 q_in_loop=bool(tile.get("q_in_loop", False)),
@@ -703,9 +651,9 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
                 grid=max(grid, 1), persistent=persistent, skip=bool(tile.get("rescale_skip", sect["rescale_skip"])),
                 round_c=bool(sect["amla_round_c"]), lazy=float(sect["lazy"]),
                 merge_grid=max(merge_grid, 1), merge_total=merge_total,
-                merge_warps=sect["merge"]["num_warps"], flat=flat, dv_split=dv_split,
-                float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))),
-                fused_merge=bool(sect.get("fused_merge", False)))
+                merge_warps=sect["merge"]["num_warps"], merge_cols=int(sect["merge"].get("cols", 0)),
+                merge_vec=bool(sect["merge"].get("vec", False)), flat=flat, dv_split=dv_split,
+                float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))))
 
 
 def _flat_slots_fit_int32(kv_cache: torch.Tensor, kr_cache: torch.Tensor, page: int) -> bool:
@@ -818,19 +766,15 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         qn_st = [q_nope.stride(0), 0, _row_stride(q_nope)]
         qr_st = [q_rope.stride(0), 0, _row_stride(q_rope)]
     split = ns > 1
-    # fused_merge: the last program of each row block merges the splits (one launch; int32 counters that the
-    # kernel leaves at 0); merge=False (benchmarks: the forward kernel alone) keeps it off
-    fuse = split and merge and plan["fused_merge"]
     if split:
         opart = _empty((B, ns, rows, D_V), torch.float32, dev)
         lsepart = _empty((B, ns, rows), torch.float32, dev)
     else:
         opart, lsepart = out, lse     # unused
-    cnt = _counters(dev, B * plan["num_m"]) if fuse else seq_lens     # seq_lens: an unused int32 stand-in
     LAST_LAUNCH.clear()
     LAST_LAUNCH["plan"] = dict(plan)   # a copy: the memoised plan is shared
     LAST_LAUNCH["fwd"] = _amla_fwd_kernel[(plan["grid"],)](
-        q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, out, lse, opart, lsepart, cnt,
+        q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, out, lse, opart, lsepart,
         *qn_st, *qr_st,
         kv_cache.stride(0), kv_cache.stride(1), kr_cache.stride(0), kr_cache.stride(1), block_table.stride(0),
         out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2),
@@ -839,13 +783,18 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         RESCALE=1 if rescale == "amla" else 0, ROUND_C=bool(plan["round_c"] if round_c is None else round_c),
         LAZY=float(plan["lazy"] if lazy is None else lazy), SKIP=plan["skip"], SPLIT=split,
         Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"], DV_SPLIT=plan["dv_split"],
-        FGUARD=plan["float_guard"], PEEL=plan["peel"], FUSE_MERGE=fuse,
+        FGUARD=plan["float_guard"], PEEL=plan["peel"],
         num_warps=plan["num_warps"], num_stages=plan["num_stages"])
-    if split and merge and not fuse:
-        LAST_LAUNCH["merge"] = _amla_merge_kernel[(plan["merge_grid"],)](
+    if split and merge:
+        # merge_cols (CUDA): each merge work item takes that many output columns of one row
+        cols = plan["merge_cols"]
+        dvb = cols if 0 < cols < D_V and D_V % cols == 0 else D_V
+        mtotal = plan["merge_total"] * (D_V // dvb)
+        mgrid = plan["merge_grid"] if plan["persistent"] else mtotal
+        LAST_LAUNCH["merge"] = _amla_merge_kernel[(mgrid,)](
             opart, lsepart, out, lse, out.stride(0), out.stride(1), out.stride(2),
-            lse.stride(0), lse.stride(1), lse.stride(2), N, rows, ns, plan["merge_total"],
-            D_V=D_V, SPLITS_P2=_np2(ns), PERSISTENT=plan["persistent"],
+            lse.stride(0), lse.stride(1), lse.stride(2), N, rows, ns, mtotal,
+            D_V=D_V, SPLITS_P2=_np2(ns), PERSISTENT=plan["persistent"], DV_BLOCK=dvb, VEC=plan["merge_vec"],
             num_warps=plan["merge_warps"])
     return out, lse
 
@@ -903,8 +852,7 @@ def ascend_compile_cases() -> list[dict]:
                                      BLOCK_N=plan["BLOCK_N"], CAUSAL=True, RESCALE=rescale,
                                      ROUND_C=plan["round_c"], LAZY=plan["lazy"], SKIP=plan["skip"], SPLIT=split,
                                      Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"],
-                                     DV_SPLIT=plan["dv_split"], FGUARD=plan["float_guard"], PEEL=plan["peel"],
-                                     FUSE_MERGE=plan["fused_merge"])
+                                     DV_SPLIT=plan["dv_split"], FGUARD=plan["float_guard"], PEEL=plan["peel"])
                         name = (f"amla_fwd_{dt}_bm{plan['BLOCK_M']}_bn{plan['BLOCK_N']}_page{page}"
                                 f"_{'split' if split else 'nosplit'}_{'amla' if rescale else 'mul'}")
                         if name in seen:
@@ -912,8 +860,7 @@ def ascend_compile_cases() -> list[dict]:
                         seen.add(name)
                         sig = {"q_nope_ptr": f"*{dt}", "q_rope_ptr": f"*{dt}", "kv_ptr": f"*{dt}",
                                "kr_ptr": f"*{dt}", "bt_ptr": "*i32", "sl_ptr": "*i32", "out_ptr": f"*{dt}",
-                               "lse_ptr": "*fp32", "opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "cnt_ptr": "*i32",
-                               "scale": "fp32"}
+                               "lse_ptr": "*fp32", "opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "scale": "fp32"}
                         sig.update({k: "i32" for k in ints})
                         sig.update({k: "constexpr" for k in const})
                         cases.append(dict(name=name, fn=_amla_fwd_kernel, signature=sig, constexprs=const))
@@ -921,7 +868,8 @@ def ascend_compile_cases() -> list[dict]:
         sig = {"opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "out_ptr": f"*{dt}", "lse_ptr": "*fp32"}
         sig.update({k: "i32" for k in ["so_b", "so_s", "so_h", "sl_b", "sl_s", "N", "ROWS", "NUM_SPLITS",
                                        "TOTAL_WORK"]})
-        const = dict(sl_h=1, D_V=512, SPLITS_P2=_np2(sect["max_splits"]), PERSISTENT=True)
+        const = dict(sl_h=1, D_V=512, SPLITS_P2=_np2(sect["max_splits"]), PERSISTENT=True, DV_BLOCK=512,
+                     VEC=bool(sect["merge"].get("vec", False)))
         sig.update({k: "constexpr" for k in const})
         cases.append(dict(name=f"amla_merge_{dt}", fn=_amla_merge_kernel, signature=sig, constexprs=const))
     return cases

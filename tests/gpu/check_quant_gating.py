@@ -49,7 +49,6 @@ except Exception as e:  # noqa: BLE001
     HAVE_OPS = False
 
 from ops.triton import moe_gating as TG  # noqa: E402
-from ops.triton import _common as TC  # noqa: E402
 from ops.triton import quant as TQ  # noqa: E402
 from reference import moe_gating as RG  # noqa: E402
 from reference import quant as RQ  # noqa: E402
@@ -273,7 +272,7 @@ def check_fast_paths(dev, Ms, gen):
         okb = bf16_close(ob, RQ.quant_matmul(x, w, ws, xs, bias=bias))[0]
         check(f"quant_matmul split-K atomic == two-kernel == reference (bit-exact, 3 runs) M={M} K={K} N={N}", ok and okb)
     torch.cuda.synchronize()
-    zero = all(int(buf.abs().sum().item()) == 0 for buf, _ in TC._COUNTERS.values())
+    zero = all(int(buf.abs().sum().item()) == 0 for buf, _ in TQ._COUNTERS.values())
     check("split-K counters all back at zero", zero)
 
 
@@ -365,7 +364,7 @@ def check_decode_buckets(dev, Ms, gen):
         if not smoke:
             torch.cuda.synchronize()
         check("split-K counters all back at zero (decode buckets)",
-              all(int(buf.abs().sum().item()) == 0 for buf, _ in TC._COUNTERS.values()))
+              all(int(buf.abs().sum().item()) == 0 for buf, _ in TQ._COUNTERS.values()))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
 

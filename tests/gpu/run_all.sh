@@ -222,10 +222,14 @@ round45)  # session 7: the layer vs its fp32 emulation with the current kernels 
   step check_mla_prolog 110 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
   step host_overhead_gpu 90 python3 perf/host_overhead.py --gpu --repeats 5
   ;;
-round46)  # session 7: amla fused_merge (the last program of a row block merges the splits) vs the merge launch; correctness; quant/gating after the counter move and the eps guard
+round46)  # session 7: amla fused_merge (the last program of a row block merges the splits; removed after this round, docs/perf/amla.md session 7) vs the merge launch; correctness; quant/gating after the eps guard
   step amla_sweep16_merge 170 python3 perf/bench_amla.py "$OUT/amla_sweep16_merge.md" --sweep-only --kinds memory --tp tp32,smallb_b1,smallb_b16,smallb_b1l1k --block-size 128 --budget 140
   step check_amla 230 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   step check_quant_gating 150 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  ;;
+round47)  # session 7: amla vectorised merge (all splits of a column block in one load, 128 columns per item) vs the loop merge; correctness
+  step amla_sweep17_merge 200 python3 perf/bench_amla.py "$OUT/amla_sweep17_merge.md" --sweep-only --kinds memory --tp tp32,smallb_b1,smallb_b16,smallb_b1l1k --block-size 128 --budget 170
+  step check_amla 230 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
