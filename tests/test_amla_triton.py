@@ -633,20 +633,29 @@ def test_merge_false_runs_only_the_forward_kernel(gen):
 @pytest.mark.parametrize("cols", [0, 64, 128, 256])
 @pytest.mark.parametrize("key", ["interpreter", "cuda"])
 def test_vectorised_merge_matches_the_loop_merge(gen, key, cols):
-    """merge.vec (the CUDA default): every split of a column block is loaded as one [splits, cols] tile and summed
-    along the splits, instead of a loop over the splits with one load each (up to ~5 µs of dependent L2 round
-    trips at B = 1, session 7). Same result as the loop up to fp32 rounding, zero-length rows and empty splits
-    included; merge.cols splits a row's 512 columns between work items (lse written once)."""
+    """merge.vec_min_splits (CUDA: 4): with that many splits every split of a column block is loaded as one
+    [splits, cols] tile and summed along the splits, instead of a loop over the splits with one load each (3 µs of
+    dependent L2 round trips at B = 1 with 17 splits, session 7). Same result as the loop up to fp32 rounding,
+    zero-length rows and empty splits included; merge.cols splits a row's 512 columns between work items (lse
+    written once)."""
     args = make(3, 2, 8, [0, 70, 33], gen)
     for ns in (2, 5, 17):
         loop = run(args, variant="amla_lazy", config={"key": key, "merge": {"num_warps": 4}}, num_splits=ns)
-        o, l = check(args, variant="amla_lazy", config={"key": key, "merge": {"num_warps": 4, "vec": True,
+        o, l = check(args, variant="amla_lazy", config={"key": key, "merge": {"num_warps": 4, "vec_min_splits": 1,
                                                                               "cols": cols}}, num_splits=ns)
         assert "merge" in tri.LAST_LAUNCH and tri.LAST_LAUNCH["plan"]["merge_vec"]
         assert_close(o, loop[0], "fp16")
         assert torch.equal(torch.isneginf(l), torch.isneginf(loop[1])) and torch.isneginf(l[0]).all()
         fin = torch.isfinite(loop[1])
         assert (l[fin] - loop[1][fin]).abs().max() <= 1e-6
+
+
+def test_vectorised_merge_only_from_vec_min_splits():
+    dev = torch.device("cpu")
+    plan = lambda B, ns: tri.launch_plan(B, 1, 16, 4096, dev, {"key": "cuda", "cores": 132}, ns)   # noqa: E731
+    assert not plan(64, 2)["merge_vec"] and not plan(64, 3)["merge_vec"]
+    assert plan(1, 4)["merge_vec"] and plan(1, 17)["merge_vec"] and plan(1, None)["merge_vec"]
+    assert not tri.launch_plan(1, 1, 16, 4096, dev, {"key": "ascend"}, 17)["merge_vec"]
 
 
 def test_merge_column_blocks_with_a_narrow_latent_dim(gen):

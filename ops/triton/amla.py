@@ -652,7 +652,7 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
                 round_c=bool(sect["amla_round_c"]), lazy=float(sect["lazy"]),
                 merge_grid=max(merge_grid, 1), merge_total=merge_total,
                 merge_warps=sect["merge"]["num_warps"], merge_cols=int(sect["merge"].get("cols", 0)),
-                merge_vec=bool(sect["merge"].get("vec", False)), flat=flat, dv_split=dv_split,
+                merge_vec=0 < int(sect["merge"].get("vec_min_splits", 0)) <= num_splits, flat=flat, dv_split=dv_split,
                 float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))))
 
 
@@ -869,7 +869,7 @@ def ascend_compile_cases() -> list[dict]:
         sig.update({k: "i32" for k in ["so_b", "so_s", "so_h", "sl_b", "sl_s", "N", "ROWS", "NUM_SPLITS",
                                        "TOTAL_WORK"]})
         const = dict(sl_h=1, D_V=512, SPLITS_P2=_np2(sect["max_splits"]), PERSISTENT=True, DV_BLOCK=512,
-                     VEC=bool(sect["merge"].get("vec", False)))
+                     VEC=int(sect["merge"].get("vec_min_splits", 0)) > 0)
         sig.update({k: "constexpr" for k in const})
         cases.append(dict(name=f"amla_merge_{dt}", fn=_amla_merge_kernel, signature=sig, constexprs=const))
     return cases

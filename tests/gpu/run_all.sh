@@ -231,6 +231,11 @@ round47)  # session 7: amla vectorised merge (all splits of a column block in on
   step amla_sweep17_merge 200 python3 perf/bench_amla.py "$OUT/amla_sweep17_merge.md" --sweep-only --kinds memory --tp tp32,smallb_b1,smallb_b16,smallb_b1l1k --block-size 128 --budget 170
   step check_amla 230 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
+round48)  # session 7: the vectorised merge from 4 KV splits on (256 columns per item), the loop below: small-batch and floor shapes, report rows of B 1 and 16, correctness
+  step amla_sweep18_merge 150 python3 perf/bench_amla.py "$OUT/amla_sweep18_merge.md" --sweep-only --kinds memory --tp smallb_b1,smallb_b16,smallb_b1l1k --block-size 128 --budget 120
+  step perf_amla_smallb 120 python3 -m perf --device cuda --ops amla --shapes 'b1_*,b16_*' --no-layer --no-dispatch --out "$OUT/perf_amla_smallb"
+  step check_amla 220 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
