@@ -650,11 +650,12 @@ def test_vectorised_merge_matches_the_loop_merge(gen, key, cols):
         assert (l[fin] - loop[1][fin]).abs().max() <= 1e-6
 
 
-def test_vectorised_merge_only_from_vec_min_splits():
+def test_vectorised_merge_only_from_vec_min_splits_up_to_vec_max_rows():
     dev = torch.device("cpu")
     plan = lambda B, ns: tri.launch_plan(B, 1, 16, 4096, dev, {"key": "cuda", "cores": 132}, ns)   # noqa: E731
     assert not plan(64, 2)["merge_vec"] and not plan(64, 3)["merge_vec"]
     assert plan(1, 4)["merge_vec"] and plan(1, 17)["merge_vec"] and plan(1, None)["merge_vec"]
+    assert plan(16, 8)["merge_vec"] and not plan(17, 8)["merge_vec"]        # vec_max_rows 256 = 16 requests × 16 rows
     assert not tri.launch_plan(1, 1, 16, 4096, dev, {"key": "ascend"}, 17)["merge_vec"]
 
 

@@ -652,7 +652,9 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
                 round_c=bool(sect["amla_round_c"]), lazy=float(sect["lazy"]),
                 merge_grid=max(merge_grid, 1), merge_total=merge_total,
                 merge_warps=sect["merge"]["num_warps"], merge_cols=int(sect["merge"].get("cols", 0)),
-                merge_vec=0 < int(sect["merge"].get("vec_min_splits", 0)) <= num_splits, flat=flat, dv_split=dv_split,
+                merge_vec=(0 < int(sect["merge"].get("vec_min_splits", 0)) <= num_splits
+                           and B * rows <= int(sect["merge"].get("vec_max_rows", 1 << 62))),
+                flat=flat, dv_split=dv_split,
                 float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))))
 
 

@@ -236,6 +236,10 @@ round48)  # session 7: the vectorised merge from 4 KV splits on (256 columns per
   step perf_amla_smallb 120 python3 -m perf --device cuda --ops amla --shapes 'b1_*,b16_*' --no-layer --no-dispatch --out "$OUT/perf_amla_smallb"
   step check_amla 220 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
+round49)  # session 7: the final merge rule (vectorised from 4 splits and up to 256 query rows): report rows of B 1 and 16, correctness
+  step perf_amla_smallb 120 python3 -m perf --device cuda --ops amla --shapes 'b1_*,b16_*' --no-layer --no-dispatch --out "$OUT/perf_amla_smallb"
+  step check_amla 200 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
