@@ -788,8 +788,8 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         FGUARD=plan["float_guard"], PEEL=plan["peel"],
         num_warps=plan["num_warps"], num_stages=plan["num_stages"])
     if split and merge:
-        # merge_cols (CUDA): each merge work item takes that many output columns of one row
-        cols = plan["merge_cols"]
+        # merge_cols (CUDA, the vectorised merge only): each work item takes that many output columns of one row
+        cols = plan["merge_cols"] if plan["merge_vec"] else 0
         dvb = cols if 0 < cols < D_V and D_V % cols == 0 else D_V
         mtotal = plan["merge_total"] * (D_V // dvb)
         mgrid = plan["merge_grid"] if plan["persistent"] else mtotal
