@@ -10,7 +10,9 @@ One source for CUDA (NVIDIA), Ascend (triton-ascend 3.2 language subset) and the
   keeps the online-softmax state (m, l) and O in fp32 and writes either the final output (one split)
   or a partial (O normalised, lse in log2 units; an empty range writes lse = −inf, the "empty" marker).
 * ``_amla_merge_kernel`` — combines the splits of one query row: splits with lse = −inf are excluded
-  (their O is never read; no −inf − (−inf)); a row with no key at all gets out = 0, lse = −inf.
+  (their O is never read; no −inf − (−inf)); a row with no key at all gets out = 0, lse = −inf. With many
+  splits and few rows (config ``merge.vec_min_splits`` / ``vec_max_rows``, CUDA) a work item is a block of
+  ``merge.cols`` columns whose splits load as one [splits, cols] tile; otherwise a loop over the splits.
 
 Rescale of the running output when the row maximum grows (constexpr ``RESCALE``):
 
