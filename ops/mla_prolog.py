@@ -153,8 +153,9 @@ _STATIC_OK_MAX = 256
 
 def _static_key(tensors: tuple, scalars: tuple):
     """What :func:`_check_static` reads of the arguments: (dtype, shape, device) of each tensor, None for None,
-    and the scalars with their types. None (never memoised) when an argument is neither a tensor nor None, or is
-    a FakeTensor (torch.compile tracing, possibly symbolic shapes)."""
+    and the scalars with their types. None (never memoised) when a tensor argument is neither a tensor nor None,
+    is a FakeTensor (torch.compile tracing, possibly symbolic shapes), or a scalar is not a bool / int / float /
+    str (an unhashable list or array must reach the check's clear error)."""
     key = []
     for t in tensors:
         if t is None:
@@ -163,7 +164,10 @@ def _static_key(tensors: tuple, scalars: tuple):
             key.append((t.dtype, t.shape, t.device))
         else:
             return None
-    key.extend((type(v), v) for v in scalars)
+    for v in scalars:
+        if not isinstance(v, (bool, int, float, str)):
+            return None                     # e.g. a list or an array: checked (and rejected) every time
+        key.append((type(v), v))
     return tuple(key)
 
 

@@ -640,8 +640,8 @@ def test_vectorised_merge_matches_the_loop_merge(gen, key, cols):
     written once)."""
     args = make(3, 2, 8, [0, 70, 33], gen)
     for ns in (2, 5, 17):
-        loop = run(args, variant="amla_lazy", config={"key": key, "merge": {"num_warps": 4}}, num_splits=ns)
-        o, l = check(args, variant="amla_lazy", config={"key": key, "merge": {"num_warps": 4, "vec_min_splits": 1,
+        loop = run(args, variant="amla_lazy", config={"key": key, "merge": {"vec_min_splits": 0}}, num_splits=ns)
+        o, l = check(args, variant="amla_lazy", config={"key": key, "merge": {"vec_min_splits": 1, "vec_max_rows": 512,
                                                                               "cols": cols}}, num_splits=ns)
         assert "merge" in tri.LAST_LAUNCH and tri.LAST_LAUNCH["plan"]["merge_vec"]
         assert_close(o, loop[0], "fp16")
@@ -651,11 +651,18 @@ def test_vectorised_merge_matches_the_loop_merge(gen, key, cols):
 
 
 def test_vectorised_merge_only_from_vec_min_splits_up_to_vec_max_rows():
+    """Also: a forced split count of thousands takes the loop (the [pow2(splits), cols] tile would pass Triton's
+    tensor size limit: review finding), a single split has no merge, and a partial "merge" override keeps the
+    other keys (it used to replace the dict: KeyError 'num_warps')."""
     dev = torch.device("cpu")
     plan = lambda B, ns: tri.launch_plan(B, 1, 16, 4096, dev, {"key": "cuda", "cores": 132}, ns)   # noqa: E731
     assert not plan(64, 2)["merge_vec"] and not plan(64, 3)["merge_vec"]
     assert plan(1, 4)["merge_vec"] and plan(1, 17)["merge_vec"] and plan(1, None)["merge_vec"]
     assert plan(16, 8)["merge_vec"] and not plan(17, 8)["merge_vec"]        # vec_max_rows 256 = 16 requests × 16 rows
+    assert plan(1, 64)["merge_vec"] and not plan(1, 65)["merge_vec"] and not plan(1, 5000)["merge_vec"]
+    assert not plan(1, 1)["merge_vec"]
+    p = tri.launch_plan(64, 1, 16, 4096, dev, {"key": "cuda", "cores": 132, "merge": {"vec_max_rows": 4096}}, 4)
+    assert p["merge_vec"] and p["merge_warps"] == 4 and p["merge_cols"] == 256
     assert not tri.launch_plan(1, 1, 16, 4096, dev, {"key": "ascend"}, 17)["merge_vec"]
 
 
@@ -681,11 +688,15 @@ def test_merge_grid_whole_rows_unless_vectorised(gen, monkeypatch):
         assert v == vec and dvb == (256 if vec else 512) and grid == B * 16 * (2 if vec else 1), (B, ns, calls)
 
 
-def test_merge_column_blocks_with_a_narrow_latent_dim(gen):
-    """cols = 128 with Dc = 64 (shapes are read from the inputs): one block per row, no empty grid."""
+@pytest.mark.parametrize("cols", [32, 128, 256])
+def test_merge_column_blocks_with_a_narrow_latent_dim(gen, cols):
+    """Dc = 64 (shapes are read from the inputs) with the vectorised merge: cols 32 gives two blocks per row, cols ≥ Dc
+    one block per row (never an empty grid). Review finding: the first version of this test ran 3 splits, below
+    vec_min_splits, so the column blocks were never used."""
     q_nope, q_rope, kv, kr, bt, sl = make(2, 1, 4, [40, 9], gen)
     args = (q_nope[..., :64].contiguous(), q_rope, kv[..., :64].contiguous(), kr, bt, sl)
-    o, l = run(args, variant="amla_lazy", config={"key": "cuda"}, num_splits=3)
+    o, l = run(args, variant="amla_lazy", config={"key": "cuda", "merge": {"cols": cols}}, num_splits=4)
+    assert tri.LAST_LAUNCH["plan"]["merge_vec"]
     r_o, r_l = ref.amla(*args, SCALE, True)
     assert_close(o, r_o, "fp16")
     assert (l - r_l).abs().max() <= 1e-5

@@ -555,6 +555,15 @@ def test_static_checks_memoised_on_dtype_shape_device(monkeypatch):
         fake = fm.from_tensor(torch.zeros(2))
     assert M._static_key((fake,), ()) is None               # traced calls are always checked
     assert M._static_key(([1, 2],), ()) is None              # a non-tensor argument: checked (and rejected)
+    assert M._static_key((), ([1e-6],)) is None              # an unhashable scalar too
+
+
+@pytest.mark.parametrize("bad", [dict(rmsnorm_epsilon_cq=[1e-6]), dict(rmsnorm_epsilon_ckv={"eps": 1}),
+                                 dict(cache_mode=["PA_BSND"])])
+def test_unhashable_scalars_get_the_clear_error(bad):
+    # review finding: the static-check memo hashed the scalars first, so these raised "unhashable type: 'list'"
+    with pytest.raises(ValueError, match=f"{next(iter(bad))}"):
+        M.mla_prolog(**dict(small("bf16", T=4), **bad))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -612,6 +612,8 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
     for k in list(config):
         if k in tile or k in _TILE_KEYS:
             tile[k] = config.pop(k)
+    if "merge" in config:                   # update the merge settings, keep the ones not named
+        sect["merge"] = {**sect["merge"], **config.pop("merge")}
     sect.update(config)
     flat = bool(tile.get("flat", sect.get("flat", False)))
     dv_split = int(tile.get("dv_split", 1))
@@ -654,10 +656,22 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
                 round_c=bool(sect["amla_round_c"]), lazy=float(sect["lazy"]),
                 merge_grid=max(merge_grid, 1), merge_total=merge_total,
                 merge_warps=sect["merge"]["num_warps"], merge_cols=int(sect["merge"].get("cols", 0)),
-                merge_vec=(0 < int(sect["merge"].get("vec_min_splits", 0)) <= num_splits
-                           and B * rows <= int(sect["merge"].get("vec_max_rows", 1 << 62))),
+                merge_vec=_merge_vec(sect["merge"], num_splits, B * rows),
                 flat=flat, dv_split=dv_split,
                 float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))))
+
+
+_VEC_MERGE_TILE = 16384   # largest [pow2(splits), cols] fp32 tile of the vectorised merge (64 splits × 256 columns)
+
+
+def _merge_vec(m: dict, num_splits: int, merge_rows: int) -> bool:
+    """Whether the split merge loads every split of a column block at once (config "merge": vec_min_splits,
+    vec_max_rows, cols): only with splits to merge, at least vec_min_splits of them, at most vec_max_rows query
+    rows in all, and a tile within _VEC_MERGE_TILE elements (a forced num_splits of thousands takes the loop)."""
+    vmin = int(m.get("vec_min_splits", 0))
+    cols = int(m.get("cols", 0)) or 512
+    return (num_splits > 1 and 0 < vmin <= num_splits and merge_rows <= int(m.get("vec_max_rows", 1 << 62))
+            and _np2(num_splits) * cols <= _VEC_MERGE_TILE)
 
 
 def _flat_slots_fit_int32(kv_cache: torch.Tensor, kr_cache: torch.Tensor, page: int) -> bool:
