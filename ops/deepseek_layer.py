@@ -140,10 +140,17 @@ class PagedCache:
 
     def allocate(self, batch: int, max_tokens: int, *, generator: torch.Generator | None = None) -> None:
         """Reserve pages for ``batch`` requests of up to ``max_tokens`` tokens each (pages in a random order
-        when ``generator`` is given); resets ``seq_lens`` to 0. Raises RuntimeError when pages run out."""
+        when ``generator`` is given); resets ``seq_lens`` to 0. The pages of a previous allocation are returned
+        first (a new allocation starts a new batch). Raises ValueError for a negative batch or max_tokens,
+        RuntimeError when pages run out (nothing changes then)."""
+        if batch < 0 or max_tokens < 0:
+            raise ValueError(f"batch and max_tokens must be >= 0, got {batch}, {max_tokens}")
         nb = -(-max_tokens // self.block_size)
-        if batch * nb > len(self._free):
-            raise RuntimeError(f"need {batch * nb} pages for {batch}×{max_tokens} tokens, {len(self._free)} free")
+        held = [int(p) for p in self.block_table.reshape(-1).tolist() if p >= 0]
+        if batch * nb > len(self._free) + len(held):
+            raise RuntimeError(f"need {batch * nb} pages for {batch}×{max_tokens} tokens, "
+                               f"{len(self._free) + len(held)} free")
+        self._free = sorted(self._free + held)
         free = self._free
         if generator is not None:
             perm = torch.randperm(len(free), generator=generator).tolist()
@@ -171,6 +178,9 @@ class PagedCache:
         return (blk * self.block_size + pos % self.block_size).reshape(-1)
 
     def advance(self, s_q: int) -> None:
+        """Count ``s_q`` more tokens in every request. Raises ValueError for a negative s_q."""
+        if s_q < 0:
+            raise ValueError(f"s_q must be >= 0, got {s_q}")
         self.seq_lens = self.seq_lens + s_q
 
 

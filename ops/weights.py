@@ -267,7 +267,10 @@ def layer_state_dict(state_dict: Mapping[str, torch.Tensor], layer_idx: int, pre
             continue
         sk = k + "_scale_inv"
         if sk in raw:
-            v = fp8_block_dequant(v, raw[sk])
+            try:
+                v = fp8_block_dequant(v, raw[sk])
+            except ValueError as e:
+                raise ValueError(f"{p}{k}: {e}") from None
         elif v.dtype in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)):
             raise ValueError(f"{p}{k} is {v.dtype} but {p}{sk} is missing")
         out[k] = v
@@ -331,6 +334,8 @@ def load_layer_weights(state_dict: Mapping[str, torch.Tensor], layer_idx: int, c
     dev = torch.device(device) if device is not None else None
     calib = {k: (v.float().abs().reshape(-1, v.shape[-1]).amax(0) if v.dim() > 1 else v.float().abs())
              for k, v in (calibration or {}).items()}
+    if dev is not None:     # calibration collected on another device (e.g. a CPU HF layer)
+        calib = {k: v.to(dev) for k, v in calib.items()}
 
     def get(name: str) -> torch.Tensor:
         try:
@@ -409,15 +414,17 @@ def load_layer_weights(state_dict: Mapping[str, torch.Tensor], layer_idx: int, c
         E, I = cfg.n_routed_experts, cfg.moe_intermediate_size
         gw = expect("mlp.gate.weight", get("mlp.gate.weight"), (E, He)).float()
         bias_key = "mlp.gate.e_score_correction_bias"
-        bias = expect(bias_key, get(bias_key), (E,)).float() if bias_key in sd else torch.zeros(E, device=gw.device)
+        bias = expect(bias_key, get(bias_key), (E,)).float()      # noaux_tc routing needs it: never a silent 0
         ex = [tuple(t.to(dev) if dev is not None else t for t in trip) for trip in _experts(sd, cfg, "mlp")]
         for e, (g, u, d) in enumerate(ex):
             expect(f"mlp.experts.{e}.gate_proj.weight", g, (I, He))
             expect(f"mlp.experts.{e}.up_proj.weight", u, (I, He))
             expect(f"mlp.experts.{e}.down_proj.weight", d, (He, I))
         shared_raw = None
-        if "mlp.shared_experts.gate_proj.weight" in sd:
-            shared_raw = tuple(get(f"mlp.shared_experts.{n}_proj.weight") for n in ("gate", "up", "down"))
+        if cfg.n_shared_experts > 0:      # every projection required (a missing one raises KeyError naming it)
+            Is = I * cfg.n_shared_experts
+            shared_raw = tuple(expect(f"mlp.shared_experts.{n}_proj.weight", get(f"mlp.shared_experts.{n}_proj.weight"),
+                                      (He, Is) if n == "down" else (Is, He)) for n in ("gate", "up", "down"))
         # one SmoothQuant factor for the post-attention activation: every expert and the shared expert read it
         m_in = None
         if mode == "a8w8" and "mlp_in" in calib:
@@ -431,7 +438,9 @@ def load_layer_weights(state_dict: Mapping[str, torch.Tensor], layer_idx: int, c
             shared = mlp_from(*shared_raw, m_in, smooth("shared_down_in", shared_raw[2]))
         mlp: MLPWeights | MoEWeights = MoEWeights(gw, bias, experts, shared)
     else:
-        g, u, d = (get(f"mlp.{n}_proj.weight") for n in ("gate", "up", "down"))
+        Id = cfg.intermediate_size
+        g, u, d = (expect(f"mlp.{n}_proj.weight", get(f"mlp.{n}_proj.weight"), (He, Id) if n == "down" else (Id, He))
+                   for n in ("gate", "up", "down"))
         mlp = mlp_from(g, u, d, smooth("mlp_in", g, u), smooth("down_in", d))
     return LayerWeights(mode, cfg, layer_idx, ln_in, ln_post, attn, mlp)
 

@@ -93,7 +93,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                     help="combine the results.json of several runs (e.g. the two halves of the H200 report) into "
                          "one CSV/JSON/summary/roofline in --out; runs nothing")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    bad = sorted(set(args.backends or ()) - {"reference", "triton", "ascendc"})
+    if bad:
+        ap.error(f"--backends takes reference, triton, ascendc; got {', '.join(bad)}")
+    if args.max_shapes is not None and args.max_shapes < 1:
+        ap.error(f"--max-shapes must be >= 1, got {args.max_shapes}")
+    if args.repro_check < 0:
+        ap.error(f"--repro-check must be >= 0, got {args.repro_check}")
+    return args
 
 
 # ----------------------------------------------------------------------------------------------
@@ -306,6 +314,8 @@ class Runner:
             cmd += ["--timer", self.args.timer]
         if self.args.quick:
             cmd += ["--quick"]
+        if self.args.keep_arg_checks:     # the repro must time the same configuration
+            cmd += ["--keep-arg-checks"]
         return " ".join(shlex.quote(c) for c in cmd)
 
     def base_row(self, entry: S.OpEntry, case: S.ShapeCase, backend: str) -> dict:
@@ -679,7 +689,7 @@ def run_plan(runner: Runner, plan: list, t_start: float, budget: float | None) -
 
 
 def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = ()) -> int:
-    """Run the report; returns the exit status (0 unless a check failed or nothing ran)."""
+    """Run the report; returns the exit status: 0, 1 if a check failed, 2 if nothing was timed."""
     args = parse_args(argv)
     if args.merge:
         from .report import merge_reports
@@ -703,6 +713,10 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
     meta["elapsed_s"] = round(time.perf_counter() - t_start, 1)
     R.write_all(runner.rows, meta, layer, runner.notes, args.out)
     failed = [r for r in runner.rows if r.get("check") in ("FAIL", "ERROR")]
+    if not any(r.get("us_p50") is not None for r in runner.rows):
+        print("nothing was timed: no op / shape / backend matched, or the budget ran out first "
+              f"(outputs written to {args.out})", file=sys.stderr)
+        return 2
     if args.repro_check:
         from .repro_check import repro_check
         repro_check(os.path.join(args.out, "results.json"), n=args.repro_check, seed=args.repro_seed,

@@ -415,6 +415,57 @@ def test_loader_errors(setup):
         LayerConfig.from_hf(hf_config(q_lora_rank=None))
 
 
+def test_loader_errors_session7_audit(setup):
+    """Session-7 audit: weights that were dropped or accepted silently now raise, naming the entry."""
+    cfg, sd = setup["cfg"], setup["sd"]
+    pm, pd = f"model.layers.{MOE}.", f"model.layers.{DENSE}."
+    # a missing (or partial) shared expert used to load with shared=None; a missing router bias became zeros
+    for key in ("mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.down_proj.weight",
+                "mlp.gate.e_score_correction_bias"):
+        with pytest.raises(KeyError, match=key.replace(".", r"\.")):
+            load_layer_weights({k: v for k, v in sd.items() if k != pm + key}, MOE, cfg)
+    # dense and shared MLP shapes were never checked (a wrong up_proj split gate_up at the wrong column)
+    for li, key in ((DENSE, "mlp.up_proj.weight"), (MOE, "mlp.shared_experts.up_proj.weight")):
+        p = f"model.layers.{li}."
+        with pytest.raises(ValueError, match=key.replace(".", r"\.") + " has shape"):
+            load_layer_weights(dict(sd, **{p + key: sd[p + key][: sd[p + key].shape[0] // 2]}), li, cfg)
+    # an FP8 scale-grid mismatch did not name the entry
+    w = sd[pd + "self_attn.kv_b_proj.weight"]
+    fp8 = dict(sd, **{pd + "self_attn.kv_b_proj.weight": w.to(torch.float8_e4m3fn),
+                      pd + "self_attn.kv_b_proj.weight_scale_inv": torch.ones(3, 3)})
+    with pytest.raises(ValueError, match=r"self_attn\.kv_b_proj\.weight: .*weight_scale_inv must have shape"):
+        load_layer_weights(fp8, DENSE, cfg)
+
+
+def test_loader_moves_cpu_calibration_to_the_device(setup):
+    """Session-7 audit: a8w8 with CPU calibration tensors and device= another device failed in smooth_factors
+    (a CPU [K] tensor against a device [K] one). "meta" stands in for a GPU here."""
+    cfg, sd = setup["cfg"], setup["sd"]
+    calib = {k: torch.rand(cfg.hidden_size) + 0.1 for k in ("attn_in", "mlp_in")}
+    w = load_layer_weights(sd, DENSE, cfg, mode="a8w8", calibration=calib, device="meta")
+    assert w.attn.smooth_x is not None and w.attn.smooth_x.device.type == "meta"
+
+
+def test_paged_cache_reallocate_and_bad_arguments():
+    """Session-7 audit: a second allocate() lost the first allocation's pages (no way to free them); negative
+    arguments consumed pages before failing; advance(-3) was accepted."""
+    c = PagedCache(num_layers=1, num_blocks=8, block_size=4, kv_lora_rank=8, qk_rope_head_dim=4)
+    c.allocate(2, 16)
+    c.allocate(2, 16)                          # all 8 pages again: the first batch's pages came back
+    assert sorted(c.block_table.flatten().tolist()) == list(range(8))
+    c.allocate(1, 4)
+    assert c.block_table.shape == (1, 1) and len(c._free) == 7
+    with pytest.raises(RuntimeError, match="need 12 pages"):
+        c.allocate(3, 16)
+    assert c.block_table.shape == (1, 1) and len(c._free) == 7    # a failed allocate changes nothing
+    for args in ((2, -8), (-1, 4)):
+        with pytest.raises(ValueError, match="must be >= 0"):
+            c.allocate(*args)
+    assert len(c._free) == 7
+    with pytest.raises(ValueError, match="s_q must be >= 0"):
+        c.advance(-3)
+
+
 def test_paged_cache_slots():
     c = PagedCache(num_layers=1, num_blocks=8, block_size=4, kv_lora_rank=8, qk_rope_head_dim=4)
     c.allocate(2, 6, generator=torch.Generator().manual_seed(0))

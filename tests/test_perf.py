@@ -725,3 +725,26 @@ def test_stream_floor_kernel_reads_every_word_once():
         out = torch.full((programs,), -1, dtype=torch.int32)
         _read_fn(buf, out, programs, 4, block)()
         assert out.sum(dtype=torch.int64).item() == buf.sum(dtype=torch.int64).item()
+
+
+def test_cli_exits_2_when_nothing_is_timed_and_rejects_bad_arguments(tmp_path, capsys):
+    # session-7 audit: a --shapes pattern matching nothing, or an unknown backend, exited 0 with nothing timed
+    e = fake_entry()
+    rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "zzz*", "--out", str(tmp_path / "none"), "--quick",
+               "--no-layer", "--no-dispatch"], extra_ops=[e])
+    assert rc == 2 and "nothing was timed" in capsys.readouterr().err
+    for bad, msg in ((["--backends", "bogus"], "--backends takes"), (["--max-shapes", "0"], "--max-shapes must be"),
+                     (["--repro-check", "-3"], "--repro-check must be")):
+        with pytest.raises(SystemExit):
+            main(["--device", "cpu", "--out", str(tmp_path / "x")] + bad)
+        assert msg in capsys.readouterr().err
+
+
+def test_repro_command_keeps_arg_checks(tmp_path):
+    # session-7 audit: a run with --keep-arg-checks wrote repro commands without it (a different configuration)
+    e = fake_entry()
+    out = str(tmp_path / "checks")
+    rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b1", "--out", out, "--quick", "--no-layer",
+               "--no-dispatch", "--keep-arg-checks"], extra_ops=[e])
+    rows, _, _ = _read(out)
+    assert rc == 0 and rows and all("--keep-arg-checks" in r["repro"] for r in rows)
