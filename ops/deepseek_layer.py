@@ -259,6 +259,10 @@ class DeepseekV3DecodeLayer:
 
     def forward(self, x: torch.Tensor, cache: PagedCache) -> torch.Tensor:
         cfg, w, a = self.cfg, self.w, self.w.attn
+        if self.layer_idx >= len(cache.kv):
+            raise ValueError(f"layer_idx {self.layer_idx} has no cache: the PagedCache holds {len(cache.kv)} layers")
+        if cache.block_table.numel() == 0 and cache.batch == 0 and x.shape[0] > 0:
+            raise ValueError("the cache has no requests: call cache.allocate(batch, max_tokens) first")
         if x.dim() != 3 or x.shape[0] != cache.batch or x.shape[2] != cfg.hidden_size:
             raise ValueError(f"x must be [B={cache.batch}, S_q, {cfg.hidden_size}], got {list(x.shape)}")
         B, S, He = x.shape
@@ -361,9 +365,12 @@ def prefill(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: Pag
             chunk: int = 4) -> list[torch.Tensor]:
     """Prefill a prompt x [B, P, He] in causal chunks of ≤ ``chunk`` query tokens through the decode path
     (``ds::amla`` takes S_q ≤ 16, ``ops.amla.MAX_S_Q``); x: any float dtype, cast to bf16. Returns every
-    layer's output [B, P, He] bf16. Raises ValueError for chunk ≤ 0, plus :func:`decode_step`'s errors."""
+    layer's output [B, P, He] bf16 (P = 0: empty outputs, the cache unchanged). Raises ValueError for chunk ≤ 0,
+    plus :func:`decode_step`'s errors."""
     if chunk <= 0:
         raise ValueError(f"chunk must be > 0, got {chunk}")
+    if x.shape[1] == 0:     # an empty prompt: nothing to run, nothing cached
+        return [x.new_empty(x.shape, dtype=torch.bfloat16) for _ in layers]
     pieces: list[list[torch.Tensor]] = []
     for s in range(0, x.shape[1], chunk):
         pieces.append(decode_step(layers, x[:, s:s + chunk], cache))

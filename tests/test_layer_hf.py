@@ -466,6 +466,28 @@ def test_paged_cache_reallocate_and_bad_arguments():
         c.advance(-3)
 
 
+def test_layer_call_errors_and_empty_prefill(setup):
+    """Session-7 audit: a layer_idx past the cache's layers raised a bare IndexError, an unallocated cache a
+    confusing "x must be [B=0, ...]", and prefill with P = 0 failed in torch.cat."""
+    from ops.deepseek_layer import prefill
+    cfg, sd = setup["cfg"], setup["sd"]
+    layer = DeepseekV3DecodeLayer(load_layer_weights(sd, MOE, cfg))
+    small = PagedCache(num_layers=MOE, num_blocks=8, block_size=16, kv_lora_rank=cfg.kv_lora_rank,
+                       qk_rope_head_dim=cfg.qk_rope_head_dim)
+    small.allocate(2, 16)
+    x = torch.randn(2, 1, cfg.hidden_size)
+    with pytest.raises(ValueError, match=f"layer_idx {MOE} has no cache"):
+        layer(x, small)
+    cache = PagedCache(num_layers=MOE + 1, num_blocks=8, block_size=16, kv_lora_rank=cfg.kv_lora_rank,
+                       qk_rope_head_dim=cfg.qk_rope_head_dim)
+    with pytest.raises(ValueError, match="call cache.allocate"):
+        layer(x, cache)
+    cache.allocate(2, 16)
+    outs = prefill([layer], torch.randn(2, 0, cfg.hidden_size), cache)
+    assert [tuple(o.shape) for o in outs] == [(2, 0, cfg.hidden_size)] and outs[0].dtype == torch.bfloat16
+    assert cache.seq_lens.tolist() == [0, 0]
+
+
 def test_paged_cache_slots():
     c = PagedCache(num_layers=1, num_blocks=8, block_size=4, kv_lora_rank=8, qk_rope_head_dim=4)
     c.allocate(2, 6, generator=torch.Generator().manual_seed(0))
