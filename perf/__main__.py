@@ -94,9 +94,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="combine the results.json of several runs (e.g. the two halves of the H200 report) into "
                          "one CSV/JSON/summary/roofline in --out; runs nothing")
     args = ap.parse_args(argv)
-    bad = sorted(set(args.backends or ()) - {"reference", "triton", "ascendc"})
+    bad = sorted(set(args.backends or ()) - set(S.BACKEND_ORDER))
     if bad:
-        ap.error(f"--backends takes reference, triton, ascendc; got {', '.join(bad)}")
+        ap.error(f"--backends takes {', '.join(S.BACKEND_ORDER)}; got {', '.join(bad)}")
     if args.max_shapes is not None and args.max_shapes < 1:
         ap.error(f"--max-shapes must be >= 1, got {args.max_shapes}")
     if args.repro_check < 0:

@@ -165,11 +165,13 @@ def collect_ops(names: Sequence[str] | None = None, extra: Iterable[OpEntry] = (
     return out
 
 
+BACKEND_ORDER = ("reference", "triton", "ascendc")   # the backends a report row can name, in report order
+
+
 def backends_of(entry: OpEntry) -> list[str]:
     """``reference`` plus every backend the op has a kernel for, in a stable order."""
-    order = ["reference", "triton", "ascendc"]
     have = {"reference"} | {k.backend for k in entry.op.kernels}
-    return [b for b in order if b in have] + sorted(have - set(order))
+    return [b for b in BACKEND_ORDER if b in have] + sorted(have - set(BACKEND_ORDER))
 
 
 def mutated_args(entry: OpEntry) -> list[str]:
