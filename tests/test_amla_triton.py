@@ -669,23 +669,16 @@ def test_vectorised_merge_only_from_vec_min_splits_up_to_vec_max_rows():
 def test_merge_grid_whole_rows_unless_vectorised(gen, monkeypatch):
     """merge.cols applies to the vectorised merge only: the loop merge keeps one work item per whole row (round 49:
     a loop merge over half rows doubled its programs and cost 5 % at B16 N128 L1024)."""
-    calls = []
-
-    class _Rec:
-        def __init__(self, name):
-            self.name = name
-
-        def __getitem__(self, grid):
-            return lambda *a, **kw: calls.append((self.name, grid[0], kw.get("DV_BLOCK"), kw.get("VEC")))
-    monkeypatch.setattr(tri, "_amla_fwd_kernel", _Rec("fwd"))
-    monkeypatch.setattr(tri, "_amla_merge_kernel", _Rec("merge"))
+    from tests.test_host_path import _record      # the launch recorder of the host-path tests
+    calls = _record(monkeypatch, tri, ("_amla_fwd_kernel", "_amla_merge_kernel"))
     cfg = {"key": "cuda", "cores": 132}
     for B, ns, vec in ((1, 8, True), (17, 8, False), (2, 2, False)):
         args = make(B, 1, 16, [40] * B, gen)
         calls.clear()
         tri.amla_variant(*args, SCALE, True, num_splits=ns, config=cfg)
-        (_, grid, dvb, v), = [c for c in calls if c[0] == "merge"]
-        assert v == vec and dvb == (256 if vec else 512) and grid == B * 16 * (2 if vec else 1), (B, ns, calls)
+        (grid, kw), = [(g, dict(k)) for name, g, _, k in calls if name == "_amla_merge_kernel"]
+        assert kw["VEC"] == ("bool", vec) and kw["DV_BLOCK"] == ("int", 256 if vec else 512), (B, ns, kw)
+        assert grid == (B * 16 * (2 if vec else 1),), (B, ns, grid)
 
 
 @pytest.mark.parametrize("cols", [32, 128, 256])
