@@ -39,13 +39,14 @@ def _vector_like(v) -> bool:
     return isinstance(v, torch.Tensor) and v.numel() > 1 and (v.dim() == 1 or (v.dim() == 2 and v.shape[1] == 1))
 
 
-def _run(name, inputs):
+def _run(name, inputs, fn=None):
+    """Outputs + written caches of ``torch.ops.ds.<name>`` (or ``fn``, e.g. a Triton launcher) on ``inputs``."""
     # clone only the caches the op writes (cloning a strided view would make it contiguous)
     args, kwargs = _split(name, {k: (v.clone() if isinstance(v, torch.Tensor) and v.dim() == 4 else v)
                                  for k, v in inputs.items()})
-    out = getattr(torch.ops.ds, name)(*args, **kwargs)
+    out = (fn or getattr(torch.ops.ds, name))(*args, **kwargs)
     caches = [a for a in args if isinstance(a, torch.Tensor) and a.dim() == 4]
-    return list(out) + caches
+    return list(out if isinstance(out, (tuple, list)) else (out,)) + caches
 
 
 @requires_triton
@@ -139,13 +140,7 @@ def test_public_launchers_read_strided_vectors_like_contiguous(name):
         assert strided["block_table"].stride(1) != 1
     assert any(s is not inputs[k] for k, s in strided.items())
 
-    def call(inp):
-        args, kwargs = _split(name, {k: (v.clone() if isinstance(v, torch.Tensor) and v.dim() == 4 else v)
-                                     for k, v in inp.items()})
-        out = launcher(*args, **kwargs)
-        return list(out if isinstance(out, tuple) else (out,)) + [a for a in args if isinstance(a, torch.Tensor)
-                                                                  and a.dim() == 4]
-    for i, (w, g) in enumerate(zip(call(inputs), call(strided))):
+    for i, (w, g) in enumerate(zip(_run(name, inputs, launcher), _run(name, strided, launcher))):
         torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0, msg=lambda m: f"{name} output {i}: {m}")
 
 
