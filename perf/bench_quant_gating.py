@@ -435,38 +435,6 @@ QMM_TINY_GROUPS = {
     }),
 }
 
-# Round 10 (session 8; issue 4: qkv_a M 16 / 64 / 128 at 43 / 36 / 29 % of copy). Every program of a decode GEMM
-# walks K from step 0, so at any moment the ~132 programs ask L2 for the same x tile (all of them at M <= 16, the
-# 33-66 column tiles of a row block above): hot lines in a few L2 slices. `stagger` S starts each item's K walk at
-# step (pid_n · S) mod steps and wraps (bit-identical). Candidates: the "cuda" table's own bucket for that M / N / K
-# plus the stagger key. Name: st<S>.
-def _default_with(M: int, K: int, N: int, **kw) -> dict:
-    return dict(TQ._bucket(M, TQ._all_configs()["cuda"]["quant_matmul"], N, K), **kw)
-
-
-_STAGGER_EXTRA = {   # runners-up of earlier sweeps, which the stagger may reorder (name: tile, stages, splits)
-    (16, "qkv_a"): {"st1_s6": dict(num_stages=6, stagger=1), "st1_s10": dict(num_stages=10, stagger=1)},
-    (64, "qkv_a"): {"st1_64x16x256_s6_k1": dict(_qc(64, 16, 256, 4, 6, split=1), stagger=1)},
-    (128, "qkv_a"): {"st1_128x32x256_s4_k2": dict(_qc(128, 32, 256, 4, 4, split=2), stagger=1),
-                     "st1_sw_128x64x128_s6_k4": dict(_sw(128, 64, 128, 4, 6, split=4), stagger=1)},
-}
-QMM_STAGGER_GROUPS = {
-    f"st_m{M}_{tag}": dict(Ms=(M,), shapes=[(K, N)], keys=keys, cands=dict(
-        {f"st{s}": _default_with(M, K, N, stagger=s) for s in stags},
-        **{n: (c if "BLOCK_M" in c else _default_with(M, K, N, **c)) for n, c in _STAGGER_EXTRA.get((M, tag), {}).items()}))
-    for M, K, N, tag, keys, stags in [
-        (4, 7168, 2112, "qkv_a", dict(max_m=16, max_n=2560), (1, 3)),
-        (16, 7168, 2112, "qkv_a", dict(max_m=16, max_n=2560), (1, 3, 5)),
-        (16, 7168, 2048, "moe_gate", dict(max_m=16, max_n=2560), (1,)),
-        (32, 7168, 2112, "qkv_a", dict(max_m=32), (1, 3)),
-        (64, 7168, 2112, "qkv_a", dict(max_m=64), (1, 3)),
-        (128, 7168, 2112, "qkv_a", dict(max_m=128, max_n=2560), (1, 3)),
-        (16, 1536, 24576, "q_b", dict(max_m=16), (1,)),
-        (64, 1536, 24576, "q_b", dict(max_m=64, min_n=8192), (1,)),
-        (128, 1536, 24576, "q_b", dict(max_m=128, min_n=8192, max_k=2048), (1, 3)),
-    ]
-}
-
 # Round 6 (issue 4: decode floors of K7168 N2112 at M 1/16/64/128 and q_b K1536 N24576 at M 128). Earlier rounds:
 # docs/perf/quant_sweep2.md .. quant_sweep5.md (round 5: GEMV, swap-AB, unrolled reductions and persistent grids at
 # M <= 64 all lost to the defaults; its clear losers are gone from this table). Name: BMxBNxBK (tokens x weight
@@ -843,10 +811,10 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="with --sweep2: CPU interpreter, tiny shapes (code check only)")
     ap.add_argument("--sweep2-groups", default="",
                     help="with --sweep2 qmm: comma list of quant_matmul groups to run (default: every group of "
-                         f"QMM_GROUPS; also selectable: {', '.join(list(QMM_GEMV_GROUPS) + list(QMM_TINY_GROUPS) + list(QMM_STAGGER_GROUPS))})")
+                         f"QMM_GROUPS; also selectable: {', '.join(list(QMM_GEMV_GROUPS) + list(QMM_TINY_GROUPS)))})")
     args = ap.parse_args()
     if args.sweep2_groups:
-        pool = dict(QMM_GROUPS, **QMM_GEMV_GROUPS, **QMM_TINY_GROUPS, **QMM_STAGGER_GROUPS)
+        pool = dict(QMM_GROUPS, **QMM_GEMV_GROUPS, **QMM_TINY_GROUPS)
         want = [g for g in args.sweep2_groups.split(",") if g]
         unknown = [g for g in want if g not in pool]
         if unknown:

@@ -613,33 +613,6 @@ def test_mask_m_rows_past_m_masked_not_wrapped(M, K, N, split, even, gen):
     assert_close(masked, ref, "fp32")
 
 
-@pytest.mark.parametrize("M,K,N,split,stagger,mma,layout", [
-    (3, 1024, 96, 1, 1, "dot", "kmajor"), (16, 1000, 40, 2, 3, "dot", "kmajor"), (5, 1536, 200, 3, 1, "swap", "kmajor"),
-    (17, 1100, 72, 1, 2, "dot", "rowmajor"), (4, 960, 48, 2, 1, "swap", "strided")])
-def test_stagger_walks_k_from_a_rotated_step_bit_identical(M, K, N, split, stagger, mma, layout, gen):
-    """stagger (CUDA bucket key): each item starts its K walk at step (pid_n · stagger) mod steps and wraps. Sums
-    are int32, so the result is bit-identical to the plain walk and to the reference, with K a multiple of BLOCK_K
-    or not (the tail step lands mid-walk), split-K, swap-AB and every weight layout."""
-    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout, bias=True)
-    ref = R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
-    cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=3, split_k=split,
-               reduce="atomic", mask_m=True, mma=mma)
-    assert T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key="cuda")["K_PER_SPLIT"] // 64 > 2
-    plain = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
-    rotated = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32,
-                                    config=dict(cfg, stagger=stagger), backend_key="cuda")
-    assert torch.equal(plain, rotated)
-    assert_close(rotated, ref, "fp32")
-
-
-@pytest.mark.parametrize("bad", [-1, 1.5, True, "1"])
-def test_stagger_rejects_bad_values(bad, gen):
-    x, w, ws, xs, _ = _qmm_inputs(2, 64, 16, gen)
-    cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=3, split_k=1, stagger=bad)
-    with pytest.raises(ValueError, match="stagger"):
-        T.quant_matmul_config(x, w, ws, xs, out_dtype=torch.float32, config=cfg, backend_key="cuda")
-
-
 @_host
 def test_decode_buckets_by_n():
     """The "cuda" table's M <= 16 decode buckets: N <= 2560 (qkv_a 2112, moe_gate 2048) the streaming GEMV at M = 1
@@ -1136,7 +1109,7 @@ def test_mma_variants_hypothesis(M, K, N, mma, split, seed):
 @_host
 def test_mma_variant_config_errors_and_removed_switches(gen):
     """An unknown mma is a ValueError; so is a config (or a table bucket) naming a removed switch (mma "gemv",
-    reduce_unroll, dynamic: they lost in every H200 sweep), whatever its value: through the launcher and the plan,
+    reduce_unroll, dynamic, stagger: they lost in every H200 sweep), whatever its value: through the launcher and the plan,
     before any launch."""
     x, w, ws, xs, _ = _qmm_inputs(2, 64, 16, gen)
     with pytest.raises(ValueError, match="mma must be one of"):
@@ -1146,7 +1119,8 @@ def test_mma_variant_config_errors_and_removed_switches(gen):
                (dict(_variant("dot", 16, 16, 64, split=2), reduce_unroll=4), "'reduce_unroll' was removed"),
                (dict(_variant("dot", 16, 16, 64, split=2), reduce_unroll=1), "'reduce_unroll' was removed"),
                (dict(_variant("swap", 16, 16, 64), dynamic=2), "'dynamic' was removed"),
-               (dict(_variant("dot", 16, 16, 64), dynamic=0), "'dynamic' was removed")]
+               (dict(_variant("dot", 16, 16, 64), dynamic=0), "'dynamic' was removed"),
+               (dict(_variant("dot", 16, 16, 64), stagger=1), "'stagger' was removed")]
     for cfg, msg in removed:
         for table in ("cuda", "ascend"):
             with pytest.raises(ValueError, match=msg):

@@ -566,8 +566,7 @@ def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, c
               M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n, n_tiles,
               W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
               EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              GROUP_M: tl.constexpr, REDUCE: tl.constexpr, MASK_M: tl.constexpr, MMA: tl.constexpr,
-              STAGGER: tl.constexpr):
+              GROUP_M: tl.constexpr, REDUCE: tl.constexpr, MASK_M: tl.constexpr, MMA: tl.constexpr):
     """One work item of :func:`_qmm_kernel` (inlined): item = split · n_tiles + tile."""
     split = item // n_tiles
     tile = item % n_tiles
@@ -609,24 +608,13 @@ def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, c
             b_ptrs = w_ptr + (rn.to(tl.int64)[:, None] * stride_wn + (k_start + rk).to(tl.int64)[None, :] * stride_wk)
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32)   # accT
     k_len = tl.minimum(K - k_start, K_PER_SPLIT)
-    if STAGGER == 0:
-        for k in range(0, k_len, BLOCK_K):
-            acc = _qmm_kstep(acc, a_ptrs, b_ptrs, k, k_len, rk, mmask, nmask, EVEN_K, WRAP, MASK_M, MMA)
-            a_ptrs += BLOCK_K
-            if W_LAYOUT == 0:
-                b_ptrs += BLOCK_K
-            else:
-                b_ptrs += BLOCK_K * stride_wk
-    else:   # the same K steps, started at step (pid_n · STAGGER) mod steps and wrapped (int32 sums: same result)
-        n_steps = tl.cdiv(k_len, BLOCK_K)
-        rot = (pid_n * STAGGER) % n_steps
-        for i in range(0, n_steps):
-            k = ((i + rot) % n_steps) * BLOCK_K
-            if W_LAYOUT == 0:
-                b_k = b_ptrs + k
-            else:
-                b_k = b_ptrs + k.to(tl.int64) * stride_wk
-            acc = _qmm_kstep(acc, a_ptrs + k, b_k, k, k_len, rk, mmask, nmask, EVEN_K, WRAP, MASK_M, MMA)
+    for k in range(0, k_len, BLOCK_K):
+        acc = _qmm_kstep(acc, a_ptrs, b_ptrs, k, k_len, rk, mmask, nmask, EVEN_K, WRAP, MASK_M, MMA)
+        a_ptrs += BLOCK_K
+        if W_LAYOUT == 0:
+            b_ptrs += BLOCK_K
+        else:
+            b_ptrs += BLOCK_K * stride_wk
     if MMA == 1:
         acc = tl.trans(acc)
     omask = mmask[:, None] & nmask[None, :]
@@ -655,7 +643,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
                 W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                 GROUP_M: tl.constexpr, REDUCE: tl.constexpr = False, MASK_M: tl.constexpr = False,
-                MMA: tl.constexpr = 0, STAGGER: tl.constexpr = 0):
+                MMA: tl.constexpr = 0):
     """One work item = (split, BLOCK_M × BLOCK_N output tile). PARTIALS False (SPLIT_K == 1): fused fp32
     epilogue; True: int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel. SPLIT_K is a
     runtime value so the split choice does not multiply compilations.
@@ -678,11 +666,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
     operands stay K-major (int8 wgmma needs that) and the int32 tile is transposed back before the epilogue.
     Both add exact int32 products: bit-identical results. (The CUDA-core decode GEMV is a kernel of its own,
     :func:`_qmm_gemv_kernel`; round 5's ``mma: "gemv"`` mode, the persistent ``dynamic`` grid and the
-    ``reduce_unroll`` reduction lost in every H200 sweep and are gone.)
-
-    STAGGER (bucket key ``stagger``, 0 = off): each item walks its K steps starting at step
-    (pid_n · STAGGER) mod steps and wraps around, so that programs of neighbouring column tiles do not ask L2
-    for the same x tile at the same moment. int32 sums do not depend on the order: bit-identical."""
+    ``reduce_unroll`` reduction lost in every H200 sweep and are gone.)"""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -692,7 +676,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
         _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
                   M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n,
                   n_tiles, W_LAYOUT, WRAP, PARTIALS, HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, REDUCE,
-                  MASK_M, MMA, STAGGER)
+                  MASK_M, MMA)
 
 
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
@@ -896,6 +880,7 @@ _GEMV_MAX_M = 4
 _REMOVED_KEYS = {
     "dynamic": "the persistent work-fetching grid was 2-3x slower (docs/perf/quant_sweep5.md)",
     "reduce_unroll": "the unrolled split-K reduction never won (docs/perf/quant_sweep5.md, quant_sweep6.md)",
+    "stagger": "K walks started at a rotated step per column tile were 6-30 % slower (docs/perf/quant_sweep10.md)",
 }
 _REMOVED_MMA = {"gemv": "round 5's GEMV mode is superseded by mma 'gemv_stream' (docs/perf/quant_sweep7.md)"}
 
@@ -1103,18 +1088,10 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
                          W_LAYOUT=w_layout, WRAP=bool(cfg.get("wrap", False)), PARTIALS=sk > 1, HAS_BIAS=has_bias,
                          EVEN_K=(K % bk == 0),
                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), REDUCE=reduce,
-                         MASK_M=bool(plan.get("mask_m", False)), MMA=_MMA_MODES[mma], STAGGER=_stagger(plan), **launch)
+                         MASK_M=bool(plan.get("mask_m", False)), MMA=_MMA_MODES[mma], **launch)
     if sk > 1 and not reduce:
         _launch_qmm_epilogue(cfg, part, weight_scale, x_scale, bias_arg, out, sk, has_bias)
     return out
-
-
-def _stagger(plan: dict) -> int:
-    """The bucket's ``stagger`` (0 = off): a non-negative int, else ValueError naming it."""
-    v = plan.get("stagger", 0)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValueError(f"quant_matmul config stagger must be an int >= 0, got {v!r}")
-    return v
 
 
 def _split_k_buffers(plan: dict, sk: int, tiles: int, out: torch.Tensor, dev: torch.device):
@@ -1295,14 +1272,13 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                            "WRAP": "constexpr", "PARTIALS": "constexpr",
                            "HAS_BIAS": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr",
                            "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-                           "REDUCE": "constexpr", "MASK_M": "constexpr", "MMA": "constexpr", "STAGGER": "constexpr"}
+                           "REDUCE": "constexpr", "MASK_M": "constexpr", "MMA": "constexpr"}
                     # the layout pack_weight produces for this backend: ND row-major on Ascend, K-major on CUDA
                     ce = dict(W_LAYOUT=1 if table == "ascend" else 0, WRAP=bool(q.get("wrap", False)),
                               PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]),
                               REDUCE=partials and b.get("reduce", "kernel") == "atomic",
-                              MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")],
-                              STAGGER=_stagger(b))
+                              MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")])
                     tag = "splitk" if partials else "fused"
                     nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}" if "min_n" in b or "max_n" in b else ""
                     if "min_k" in b or "max_k" in b:
