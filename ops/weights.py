@@ -89,8 +89,18 @@ class LayerConfig:
 
     @classmethod
     def from_hf(cls, config: Any) -> "LayerConfig":
-        """From a transformers ``DeepseekV3Config`` or a DeepSeek ``config.json`` dict."""
+        """From a transformers ``DeepseekV3Config`` or a DeepSeek ``config.json`` dict.
+
+        Raises ValueError for ``q_lora_rank`` None, and NotImplementedError naming the field for a router or
+        RoPE this layer does not implement: ``scoring_func`` other than "sigmoid", ``topk_method`` other than
+        "noaux_tc" (DeepSeek-V2's softmax / greedy routers), a ``rope_type`` other than default or yarn.
+        Absent fields take DeepSeek-V3's values."""
         get = (lambda k, d=None: config.get(k, d)) if isinstance(config, Mapping) else (lambda k, d=None: getattr(config, k, d))
+        for name, supported in (("scoring_func", "sigmoid"), ("topk_method", "noaux_tc")):
+            v = get(name)
+            if v is not None and v != supported:
+                raise NotImplementedError(f"{name}={v!r}: the layer implements DeepSeek-V3's router "
+                                          f"({name}={supported!r}) only")
         kw = {}
         for f in dataclasses.fields(cls):
             if f.name in ("rope_scaling", "rope_theta", "latent_norm_eps"):
@@ -105,6 +115,8 @@ class LayerConfig:
         rp = dict(rp) if rp else {}
         theta = rp.get("rope_theta", get("rope_theta", 10000.0))
         rtype = rp.get("rope_type", rp.get("type", "default"))
+        if rtype not in ("default", "yarn", None):
+            raise NotImplementedError(f"rope_scaling rope_type={rtype!r}: only default and yarn RoPE are implemented")
         kw["rope_theta"] = float(theta)
         kw["rope_scaling"] = None if rtype in ("default", None) else rp
         return cls(**kw)

@@ -415,6 +415,22 @@ def test_loader_errors(setup):
         LayerConfig.from_hf(hf_config(q_lora_rank=None))
 
 
+def test_from_hf_rejects_routers_and_rope_it_does_not_implement():
+    """A DeepSeek-V2 style config (softmax scoring, greedy top-k) or a RoPE type other than default / yarn is
+    refused by ``from_hf``, naming the field, instead of building a layer that routes or rotates differently.
+    DeepSeek-V3's own values (and their absence, as in HF's DeepseekV3Config) are accepted."""
+    base = {"q_lora_rank": 1536}
+    for field, value in (("scoring_func", "softmax"), ("topk_method", "greedy"),
+                         ("topk_method", "group_limited_greedy")):
+        with pytest.raises(NotImplementedError, match=f"{field}='{value}'"):
+            LayerConfig.from_hf(dict(base, **{field: value}))
+    with pytest.raises(NotImplementedError, match="rope_type='linear'"):
+        LayerConfig.from_hf(dict(base, rope_scaling={"type": "linear", "factor": 2.0}))
+    lc = LayerConfig.from_hf(dict(base, scoring_func="sigmoid", topk_method="noaux_tc"))
+    assert lc == LayerConfig(rope_scaling=None)   # no rope_scaling given: plain RoPE
+    assert LayerConfig.from_hf(dict(base, rope_scaling=None)).rope_scaling is None
+
+
 def test_loader_errors_session7_audit(setup):
     """Session-7 audit: weights that were dropped or accepted silently now raise, naming the entry."""
     cfg, sd = setup["cfg"], setup["sd"]
