@@ -681,6 +681,22 @@ def test_merge_grid_whole_rows_unless_vectorised(gen, monkeypatch):
         assert grid == (B * 16 * (2 if vec else 1),), (B, ns, grid)
 
 
+def test_vectorised_merge_tile_bound_uses_the_real_latent_dim(gen, monkeypatch):
+    """The plan sizes the vectorised merge's [pow2(splits), cols] tile without knowing Dc (512 when cols = 0); the
+    launcher re-checks it with the real column block, so a wide latent dim takes the whole-row loop instead of a
+    tile past _VEC_MERGE_TILE (left-alone note of session 7, fixed in session 8)."""
+    from tests.test_host_path import _record
+    calls = _record(monkeypatch, tri, ("_amla_fwd_kernel", "_amla_merge_kernel"))
+    q_nope, q_rope, kv, kr, bt, sl = make(1, 1, 4, [40], gen)
+    wide = (torch.cat([q_nope, q_nope], -1), q_rope, torch.cat([kv, kv], -1), kr, bt, sl)   # Dc = 1024
+    for cols, ns, vec, dvb in ((0, 32, False, 1024), (0, 16, True, 1024), (256, 64, True, 256), (0, 4, True, 1024)):
+        calls.clear()
+        tri.amla_variant(*wide, SCALE, True, num_splits=ns, config={"key": "cuda", "merge": {"cols": cols}})
+        (grid, kw), = [(g, dict(k)) for name, g, _, k in calls if name == "_amla_merge_kernel"]
+        assert kw["VEC"] == ("bool", vec) and kw["DV_BLOCK"] == ("int", dvb), (cols, ns, kw)
+        assert grid == (4 * 1024 // dvb,), (cols, ns, grid)
+
+
 @pytest.mark.parametrize("cols", [32, 128, 256])
 def test_merge_column_blocks_with_a_narrow_latent_dim(gen, cols):
     """Dc = 64 (shapes are read from the inputs) with the vectorised merge: cols 32 gives two blocks per row, cols ≥ Dc

@@ -667,7 +667,8 @@ _VEC_MERGE_TILE = 16384   # largest [pow2(splits), cols] fp32 tile of the vector
 def _merge_vec(m: dict, num_splits: int, merge_rows: int) -> bool:
     """Whether the split merge loads every split of a column block at once (config "merge": vec_min_splits,
     vec_max_rows, cols): only with splits to merge, at least vec_min_splits of them, at most vec_max_rows query
-    rows in all, and a tile within _VEC_MERGE_TILE elements (a forced num_splits of thousands takes the loop)."""
+    rows in all, and a tile within _VEC_MERGE_TILE elements (a forced num_splits of thousands takes the loop). The
+    plan does not know Dc: it sizes the tile with ``cols`` (512 when 0) and the launcher re-checks the real one."""
     vmin = int(m.get("vec_min_splits", 0))
     cols = int(m.get("cols", 0)) or 512
     return (num_splits > 1 and 0 < vmin <= num_splits and merge_rows <= int(m.get("vec_max_rows", 1 << 62))
@@ -807,12 +808,15 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         # merge_cols (CUDA, the vectorised merge only): each work item takes that many output columns of one row
         cols = plan["merge_cols"] if plan["merge_vec"] else 0
         dvb = cols if 0 < cols < D_V and D_V % cols == 0 else D_V
+        vec = plan["merge_vec"] and _np2(ns) * dvb <= _VEC_MERGE_TILE   # the plan assumed Dc = 512 when cols = 0
+        if not vec:
+            dvb = D_V                                                    # the loop merge keeps whole rows
         mtotal = plan["merge_total"] * (D_V // dvb)
         mgrid = plan["merge_grid"] if plan["persistent"] else mtotal
         LAST_LAUNCH["merge"] = _amla_merge_kernel[(mgrid,)](
             opart, lsepart, out, lse, out.stride(0), out.stride(1), out.stride(2),
             lse.stride(0), lse.stride(1), lse.stride(2), N, rows, ns, mtotal,
-            D_V=D_V, SPLITS_P2=_np2(ns), PERSISTENT=plan["persistent"], DV_BLOCK=dvb, VEC=plan["merge_vec"],
+            D_V=D_V, SPLITS_P2=_np2(ns), PERSISTENT=plan["persistent"], DV_BLOCK=dvb, VEC=vec,
             num_warps=plan["merge_warps"])
     return out, lse
 
