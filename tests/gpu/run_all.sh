@@ -244,6 +244,12 @@ round50)  # session 8: quant_matmul decode with the K walk staggered per column 
   step quant_sweep10_stagger 200 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-groups st_m4_qkv_a,st_m16_qkv_a,st_m16_moe_gate,st_m32_qkv_a,st_m64_qkv_a,st_m128_qkv_a,st_m16_q_b,st_m64_q_b,st_m128_q_b --sweep2-budget 170 --out "$OUT/quant_sweep10.md"
   step check_amla 240 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
+round51)  # session 8: every check on the session-8 tree (quant K-step helper, loader/cache/layer review fixes of sessions 7-8, amla merge tile bound)
+  step check_quant_gating 150 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step check_mla_prolog 110 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step check_layer 120 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  step check_amla 200 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
