@@ -240,7 +240,7 @@ round49)  # session 7: the final merge rule (vectorised from 4 splits and up to 
   step perf_amla_smallb 120 python3 -m perf --device cuda --ops amla --shapes 'b1_*,b16_*' --no-layer --no-dispatch --out "$OUT/perf_amla_smallb"
   step check_amla 200 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
-round50)  # session 8: quant_matmul decode with the K walk staggered per column tile (stagger; 6-30 % slower, removed after this round, docs/perf/quant_sweep10.md) vs the table's buckets; amla re-check on the session-7 review fixes
+round50)  # session 8: quant_matmul decode with the K walk staggered per column tile (stagger; 3-30 % slower, removed after this round, docs/perf/quant_sweep10.md) vs the table's buckets; amla re-check on the session-7 review fixes
   step quant_sweep10_stagger 200 python3 perf/bench_quant_gating.py --sweep2 --sweep2-parts qmm --sweep2-groups st_m4_qkv_a,st_m16_qkv_a,st_m16_moe_gate,st_m32_qkv_a,st_m64_qkv_a,st_m128_qkv_a,st_m16_q_b,st_m64_q_b,st_m128_q_b --sweep2-budget 170 --out "$OUT/quant_sweep10.md"
   step check_amla 240 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
