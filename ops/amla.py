@@ -151,6 +151,11 @@ def make_inputs(shape: dict, *, dtype=torch.bfloat16, device="cpu", generator: t
     unowned page is NaN; unused block_table entries are −1. q and the cache hold N(0,1) values
     (``dtype``); softmax_scale is DeepSeek-V3's (≈ 0.1352). Data is drawn on ``device`` with a device
     generator seeded from ``generator`` (so large GPU shapes do not go through the host).
+    Returns the ``ds::amla`` keyword inputs: q_nope [B, S_q, N, Dc], q_rope [B, S_q, N, Dr] (dtype);
+    kv_cache [num_blocks, block_size, 1, Dc], kr_cache [num_blocks, block_size, 1, Dr] (dtype); block_table
+    [B, max_blocks] int32; seq_lens [B] int32 (keys per request); softmax_scale float; causal bool.
+    Raises ValueError if ``seq_lens`` does not have B entries; KeyError if B, S_q, N (or L, without
+    ``seq_lens``) is missing.
     """
     B, S_q, N = int(shape["B"]), int(shape["S_q"]), int(shape["N"])
     Dc, Dr = int(shape.get("Dc", 512)), int(shape.get("Dr", 64))

@@ -68,7 +68,10 @@ def yarn_inv_freq(cfg: LayerConfig) -> tuple[torch.Tensor, float]:
     Mirrors HF ``_compute_yarn_parameters`` (which DeepSeek's ``precompute_freqs_cis`` matches for
     max_seq_len > original_seq_len): extrapolated/interpolated frequencies blended by a linear ramp between
     the beta_fast/beta_slow correction dims; attention_scaling = mscale(factor, mscale)/mscale(factor,
-    mscale_all_dim) multiplies cos and sin (1.0 for DeepSeek-V3).
+    mscale_all_dim) multiplies cos and sin (1.0 for DeepSeek-V3). Dr = cfg.qk_rope_head_dim; no rope_scaling
+    (or rope_type "default") gives the plain ``rope_theta^(-2i/Dr)`` and 1.0.
+    Raises NotImplementedError for a rope_type other than "default" / "yarn"; KeyError if a yarn
+    rope_scaling lacks "factor" or "original_max_position_embeddings".
     """
     dim, base = cfg.qk_rope_head_dim, cfg.rope_theta
     pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
@@ -121,6 +124,7 @@ class PagedCache:
     kv[i]: [num_blocks, block_size, 1, kv_lora_rank], kr[i]: [num_blocks, block_size, 1, qk_rope_head_dim]
     (dtype, default bf16; fresh pages are filled with ``fill``, NaN by default, so an unwritten slot that
     is read shows up); block_table [B, max_blocks] int32 (−1 = unused); seq_lens [B] int32.
+    Empty (B = 0) until :meth:`allocate`. Raises ValueError if num_blocks ≤ 0 or block_size ≤ 0.
     """
 
     def __init__(self, *, num_layers: int, num_blocks: int, block_size: int, kv_lora_rank: int = 512,
@@ -200,6 +204,13 @@ class DeepseekV3DecodeLayer:
     whose ``seq_lens`` count the tokens already cached; returns [B, S_q, He] bf16. The new tokens' latent
     KV is written into ``cache.kv[layer_idx]`` / ``cache.kr[layer_idx]``; ``seq_lens`` is not advanced
     (call ``cache.advance(S_q)`` after the last layer, or use :func:`decode_step`).
+
+    Raises (constructor) NotImplementedError for an MoE layer with ``norm_topk_prob`` False, a
+    ``hidden_act`` other than "silu", or a rope_type other than default / yarn (:func:`yarn_inv_freq`, whose
+    KeyError for an incomplete yarn rope_scaling also propagates).
+    Raises (call) ValueError if the cache has no layer ``layer_idx``, has no requests (B = 0, not
+    allocated) while x has rows, or x is not [cache.batch, S_q, hidden_size]; RuntimeError if a request
+    outgrows its pages (:meth:`PagedCache.slots`); the ``ds`` ops' own errors propagate.
     """
 
     def __init__(self, weights: LayerWeights, *, rope_dtype: torch.dtype = torch.bfloat16, registered_ops: bool = False):

@@ -322,9 +322,13 @@ def make_inputs(shape: dict, *, dtype: torch.dtype = torch.bfloat16, device="cpu
     ``mode`` (one of MODES, default "bf16"), ``cache_fill`` ("nan" default for float caches, or "random"),
     ``skip_frac`` (fraction of cache_index set to −1, default 1/8), ``eps`` (1e-5).
     dtype is the activation dtype (bf16, fp16 or fp32). Weights are N(0, 1/fan_in) so activations are
-    O(1); int8 weights are that draw quantised per channel (on CUDA stored K-major, as pack_weights does); int8
+    O(1); int8 weights are that draw quantised per channel (on CUDA stored K-major, as
+    ``ops.triton.mla_prolog.pack_weights(..., "cuda")`` does); int8
     token_x is a N(0,1) draw quantised per token. RoPE sin/cos come from reference.deepseek.rope_sin_cos at random positions < 4096. cache_index
     holds distinct random slots, some −1; float caches start as NaN (or random), int8 caches random.
+    Raises ValueError if ``mode`` is not one of MODES, or if the T tokens need more slots than
+    num_blocks·block_size (an explicit ``num_blocks`` too small); KeyError if T (or B / S), N, He or Hcq
+    is missing.
     """
     g = generator if generator is not None else torch.Generator().manual_seed(0)
     mode = shape.get("mode", "bf16")

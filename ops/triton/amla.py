@@ -571,6 +571,8 @@ def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, c
     largest power of two ≥ 16 dividing the page, the others (CUDA) fall back to per-key page gathers.
     Returns a new dict(BLOCK_M, BLOCK_N, num_warps, num_stages, num_m, num_splits, grid, persistent, skip,
     round_c, lazy, key, flat, dv_split, ...); plans without ``config`` are memoised (see :func:`_plan`).
+    Raises ValueError if the chosen tile's dv_split (from the table or ``config``) is not 1 or 2; KeyError if
+    config["key"] is not a section of configs/amla.json that has tiles (e.g. "cuda_sweep").
     """
     if config:
         return _make_plan(B, S_q, N, max_keys, device, config, num_splits, page)

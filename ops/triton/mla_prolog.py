@@ -835,12 +835,19 @@ def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: 
          int8_down: bool = False, int8_query: bool = False, backend_key: str | None = None,
          overrides: dict | None = None, cores: int | None = None, act_bytes: int = 2) -> dict:
     """The launch plan for these shapes (shapes only, no data): per-kernel tiles, SPLIT_K, grids.
+    T, He, Hcq, N, D, Dr, Hckv: tokens, hidden, q_lora_rank, heads, qk_nope / qk_rope head dims, kv_lora_rank
+    (ints); int8_down / int8_query: int8 operands of the down GEMM (token_x) / the query GEMM (weight_uq_qr);
     ``overrides`` = {"down": {...}, "query": {...}, "row": {...}} replaces bucket entries (perf sweeps);
     ``cores`` overrides the core count (default: the config's, or the device's SM count); ``act_bytes`` is
     the element size of the float activation dtype (fp32 operands need more shared memory per stage:
     where the config has ``smem_bytes``, num_stages is lowered until the estimate fits).
-    Returns a new dict (the caller may change it); plans without overrides are memoised per (shapes, int8
-    flags, config table, core count, act_bytes) — everything they depend on."""
+    Returns a new dict {down, row, query: per-kernel dicts; backend_key} (the caller may change it); plans
+    without overrides are memoised per (shapes, int8 flags, config table, core count, act_bytes) — everything
+    they depend on.
+    Raises ValueError if the "row" / "query" section of the table (or one of its buckets) or of ``overrides``
+    names a removed key (prefetch_uk, prefetch_tail, …, k_split, early_uk, …: ``_REMOVED_KEYS``), or if the
+    row config's ``parts`` is not 1 or 2; KeyError for a backend_key that is not a table of
+    configs/mla_prolog.json; ZeroDivisionError if He = 0 (K_PER_SPLIT becomes 0)."""
     key = backend_key or _backend_key(device)
     cores = cores or _cores(_all_configs()[key], device)
     if overrides:

@@ -407,8 +407,9 @@ def dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = None)
     x: [..., K] fp16/bf16/fp32; smooth_scales: [K] float or None (multiplied in fp32).
     Returns (x_int8 [..., K] int8, scale [...] fp32, the per-token scale): ``y = x·smooth``,
     ``scale = max|y| / 127``, ``q = clamp(round_half_even(y / scale), −127, 127)``. An all-zero row gives
-    q = 0, scale = 0; a row holding NaN gives scale = NaN (its q is 0). Inputs are not validated here
-    (ops/quant.py checks them).
+    q = 0, scale = 0; a row holding NaN gives scale = NaN (its q is 0).
+    Raises nothing itself: inputs are not validated here (ops/quant.py checks them and raises TypeError /
+    ValueError naming the argument); see :func:`supports_reason_dynamic_quant` for what this kernel refuses.
     """
     return dynamic_quant_config(x, smooth_scales=smooth_scales)
 
@@ -974,7 +975,18 @@ def _choose_split(M: int, N: int, K: int, b: dict, cfg: dict, device: torch.devi
 def plan_quant_matmul(M: int, N: int, K: int, device: torch.device, config: dict | None = None, *,
                       backend_key: str | None = None) -> dict:
     """The launch plan the launcher would use (bucket + SPLIT_K + K_PER_SPLIT); ``config`` overrides the bucket.
-    Returns a new dict; plans from the table (``config`` None) are memoised."""
+
+    M, N, K: the GEMM's token rows, output columns and reduction length (ints, shapes only, no data); device:
+    selects the config table ("cuda", else "ascend") and, for ``split_k: "auto"``, the split target (the
+    table's split_target, else the CUDA SM count, else 20);
+    config: a whole bucket dict (BLOCK_M/N/K, GROUP_M, num_warps, num_stages, split_k, mma, ...) or None;
+    backend_key: "cuda" / "ascend" to force a table of configs/quant.json.
+    Returns a new dict: the bucket's keys plus SPLIT_K and K_PER_SPLIT (a multiple of BLOCK_K); plans from the
+    table (``config`` None) are memoised.
+    Raises ValueError if the bucket (``config`` or the table's) names a removed key ("dynamic", "reduce_unroll",
+    "stagger") or the removed mma "gemv"; KeyError for a backend_key that is not a table or a ``config``
+    missing BLOCK_M / BLOCK_N / BLOCK_K. An unknown mma and "gemv_stream" with M > 4 are not checked here:
+    :func:`quant_matmul_config` raises those at launch."""
     key = backend_key or _backend_key(device)
     if config is not None:
         return _make_qmm_plan(M, N, K, key, config, device)
@@ -1042,7 +1054,15 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
                         backend_key: str | None = None) -> torch.Tensor:
     """:func:`quant_matmul` with an explicit bucket ``config`` (BLOCK_M/N/K, GROUP_M, num_warps, num_stages,
     split_k) and/or config table ``backend_key`` ("cuda" / "ascend") — for perf sweeps and for tests that
-    run the CUDA configs under the interpreter."""
+    run the CUDA configs under the interpreter.
+
+    Tensors, dtypes and result as :func:`quant_matmul` (x_int8 [M, K] int8, weight_int8 [K, N] int8, weight_scale
+    [N] fp32, x_scale [M] fp32, bias [N] or None → out [M, N] out_dtype); inputs are not validated here.
+    Raises ValueError if the bucket (``config`` or the table's) names a removed key ("dynamic", "reduce_unroll",
+    "stagger") or the removed mma "gemv" (:func:`plan_quant_matmul`), if its mma is not "dot" / "swap" /
+    "gemv_stream", or for mma "gemv_stream" with M > 4; KeyError for a backend_key that is not a table or a
+    ``config`` missing a tile key. M = 0, N = 0 or K = 0 return before the plan is made, so nothing is raised then.
+    """
     M, K = x_int8.shape
     N = weight_int8.shape[1]
     out = torch.empty((M, N), dtype=out_dtype, device=x_int8.device)

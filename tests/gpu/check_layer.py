@@ -23,6 +23,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
+def left_out(drop: list[int], logits, bias, cfg) -> str:
+    """The left-out tokens with the reference's routing margin of each: "[6@2.1e-05, 13@…]"."""
+    if not drop:
+        return "[]"
+    from tests.layer_harness import route   # imported after main() sets DS_OPS_BACKEND
+    margin = route(logits, bias, cfg)[2]
+    return "[" + ", ".join(f"{t}@{margin[t].item():.1e}" for t in drop) + "]"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="auto", choices=["auto", "triton", "reference", "ascendc"])
@@ -81,7 +90,7 @@ def main() -> int:
                     bad += H.check_bounds(m, bounds)
                     failures += bool(bad)
                     log(f"seed={seed} {name:5s} {mode} {tag:13s} {'FAIL' if bad else 'ok  '} {fmt(m)} "
-                        f"left_out={drop} {bad if bad else ''} ({time.time() - t0:.1f}s)")
+                        f"left_out={left_out(drop, logits, bias, cfg)} {bad if bad else ''} ({time.time() - t0:.1f}s)")
         # dense → MoE stack vs the chained fp32 emulation
         e0, _ = fp32[H.DENSE]
         e1, lg1 = H.emulate(sd, cfg, H.MOE, e0, bf16_chain=False)
@@ -92,7 +101,8 @@ def main() -> int:
                                      tie=H.TIE[f"stacked-{mode}"])
             bad += H.check_bounds(m, H.STACKED_VS_HF[mode])
             failures += bool(bad)
-            log(f"seed={seed} stack {mode} vs-hf-fp32    {'FAIL' if bad else 'ok  '} {fmt(m)} left_out={drop} {bad if bad else ''}")
+            log(f"seed={seed} stack {mode} vs-hf-fp32    {'FAIL' if bad else 'ok  '} {fmt(m)} "
+                f"left_out={left_out(drop, lg1, bias, cfg)} {bad if bad else ''}")
     log(f"{failures} failure(s)")
     if args.out:
         pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
