@@ -467,7 +467,13 @@ def collect_calibration(hf_layer: torch.nn.Module, run: Any) -> dict[str, torch.
     ``self_attn.o_proj``, ``mlp`` [, ``mlp.down_proj`` | ``mlp.shared_experts.down_proj``] submodules).
     run: a callable that runs calibration data through ``hf_layer``.
     Returns keys ``attn_in``, ``cq``, ``o_in``, ``mlp_in`` and ``down_in`` (dense) or ``shared_down_in``
-    (MoE) as fp32 [K]; feed it to :func:`load_layer_weights` (``calibration=``).
+    (MoE) as fp32 [K], K = the module's input width (He, q_lora_rank, N·v_head_dim, He, intermediate size),
+    each the max of |x| over every token ``run`` fed (forward pre-hooks on those modules, removed afterwards);
+    a module that never ran has no key. Feed it to :func:`load_layer_weights` (``calibration=``).
+    Mirrors SmoothQuant's ``get_act_scales`` (mit-han-lab/smoothquant, calibration.py; Xiao et al. 2023):
+    max |X_j| per input channel, accumulated across calls with ``torch.maximum``.
+    Raises nothing of its own: AttributeError if hf_layer lacks one of those submodules (e.g. an HF layer with
+    ``q_lora_rank`` None has no ``q_a_proj``); whatever ``run`` raises propagates (the hooks are removed first).
     """
     acc: dict[str, torch.Tensor] = {}
 

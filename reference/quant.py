@@ -43,6 +43,12 @@ def quantize_rows(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     * a row with NaN → scale NaN and q = 0 for the whole row; a row with ±inf (and no NaN) → scale
       +inf and q = 0 for the whole row (finite/inf = 0, inf/inf = NaN → 0). In short: a non-finite
       scale zeroes the row, and dequantising q·scale then gives NaN, flagging the bad row.
+
+    Outputs are contiguous; leading axes may be empty. Callers pass fp32 (another float dtype is not
+    upcast: the math and scale are then in y's dtype). Mirrors the per-token step of
+    ``torch_npu.npu_dynamic_quant`` (symmetric int8, per-token scale; see :func:`dynamic_quant` for the
+    CANN kernel's differences).
+    Raises nothing of its own; K = 0 fails in ``torch.amax`` (IndexError: reduction over an empty dim).
     """
     amax = y.abs().amax(dim=-1, keepdim=True)          # NaN propagates
     # divide by a tensor: CUDA turns `tensor / python_float` into a multiply by the reciprocal (1 ulp off)
