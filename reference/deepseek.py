@@ -22,7 +22,14 @@ def rms_norm(x: torch.Tensor, gamma: torch.Tensor | None, eps: float) -> torch.T
 
 
 def deinterleave(x: torch.Tensor) -> torch.Tensor:
-    """[..., Dr] interleaved pairs (x0,x1),(x2,x3),… → [x0,x2,…,x1,x3,…] (the order the caches hold)."""
+    """[..., Dr] interleaved pairs (x0,x1),(x2,x3),… → [..., Dr] [x0,x2,…,x1,x3,…] (the order the caches hold).
+
+    x: any dtype, any strides, Dr even; returns a new contiguous tensor of x's dtype (values moved, not
+    rounded). Mirrors the permutation in HF ``apply_rotary_pos_emb_interleave`` (modeling_deepseek_v3.py:
+    ``view(..., d // 2, 2).transpose(4, 3).reshape(..., d)``), i.e. npu_mla_prolog_v3's "interleave in,
+    rotate-half out". Raises IndexError for a 0-d x (from the slicing); an odd Dr is not rejected (the
+    result is then not a pair permutation).
+    """
     return torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
 
 
@@ -56,7 +63,12 @@ def rope_sin_cos(positions: torch.Tensor, dim: int = 64, base: float = 10000.0, 
 
 
 def yarn_mscale(factor: float = 40.0, mscale: float = 1.0) -> float:
-    """YaRN attention scale: 0.1·mscale·ln(factor) + 1 (1 when factor ≤ 1)."""
+    """YaRN attention scale: 0.1·mscale·ln(factor) + 1 (1 when factor ≤ 1); floats in, float out (unitless).
+
+    factor: rope_scaling["factor"] (DeepSeek-V3: 40); mscale: rope_scaling["mscale"] / ["mscale_all_dim"]
+    (1.0). Mirrors HF ``yarn_get_mscale`` (modeling_deepseek_v3.py) and DeepSeek-V3 ``inference/model.py``
+    (``MLA.__init__``'s softmax_scale correction). Raises nothing of its own.
+    """
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
@@ -67,5 +79,10 @@ def deepseek_softmax_scale(qk_nope: int = 128, qk_rope: int = 64, factor: float 
 
 
 def round_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Round fp32 to ``dtype`` (round-to-nearest-even, as Ascend's CAST_RINT) and back to fp32."""
+    """Round fp32 to ``dtype`` (round-to-nearest-even, as Ascend's CAST_RINT) and back to fp32.
+
+    x: [...] any float dtype; dtype: a float dtype (bf16 / fp16 / fp8 ...). Returns fp32 [...] (x's shape),
+    a new tensor. Raises nothing of its own; an integer ``dtype`` is not rejected but truncates toward zero
+    (torch's float → int cast), not RINT.
+    """
     return x.to(dtype).float()
