@@ -28,7 +28,7 @@ def deinterleave(x: torch.Tensor) -> torch.Tensor:
     rounded). Mirrors the permutation in HF ``apply_rotary_pos_emb_interleave`` (modeling_deepseek_v3.py:
     ``view(..., d // 2, 2).transpose(4, 3).reshape(..., d)``), i.e. npu_mla_prolog_v3's "interleave in,
     rotate-half out". Raises IndexError for a 0-d x (from the slicing); an odd Dr is not rejected (the
-    result is then not a pair permutation).
+    even-index half is then one longer).
     """
     return torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
 
@@ -81,8 +81,8 @@ def deepseek_softmax_scale(qk_nope: int = 128, qk_rope: int = 64, factor: float 
 def round_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Round fp32 to ``dtype`` (round-to-nearest-even, as Ascend's CAST_RINT) and back to fp32.
 
-    x: [...] any float dtype; dtype: a float dtype (bf16 / fp16 / fp8 ...). Returns fp32 [...] (x's shape),
-    a new tensor. Raises nothing of its own; an integer ``dtype`` is not rejected but truncates toward zero
-    (torch's float → int cast), not RINT.
+    x: [...] any float dtype; dtype: a float dtype (bf16 / fp16 / fp8 ...). Returns fp32 [...] (x's shape;
+    x itself when both are fp32). Raises nothing of its own; an integer ``dtype`` is not rejected but
+    truncates toward zero (torch's float → int cast), not RINT.
     """
     return x.to(dtype).float()

@@ -76,7 +76,8 @@ def dynamic_quant_int8(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     y: [..., K] fp32, K ≥ 1. Returns (q [..., K] int8, scale [...] fp32) with ``scale = rowmax|y| / 127``
     and ``q = round_half_even(y / scale)`` clamped to [−127, 127]. An all-zero row gets scale 0 and q 0;
-    a row containing NaN gets a NaN scale and q 0.
+    a row containing NaN gets a NaN scale and q 0. Any real dtype is upcast to fp32 first.
+    Raises nothing of its own; K = 0 fails in ``torch.amax`` (IndexError: reduction over an empty dim).
     """
     return _quant.quantize_rows(y.float())
 
