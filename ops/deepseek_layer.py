@@ -272,7 +272,7 @@ class DeepseekV3DecodeLayer:
         cfg, w, a = self.cfg, self.w, self.w.attn
         if self.layer_idx >= len(cache.kv):
             raise ValueError(f"layer_idx {self.layer_idx} has no cache: the PagedCache holds {len(cache.kv)} layers")
-        if cache.batch == 0 and x.shape[0] > 0:
+        if x.dim() == 3 and cache.batch == 0 and x.shape[0] > 0:
             raise ValueError("the cache has no requests: call cache.allocate(batch, max_tokens) first")
         if x.dim() != 3 or x.shape[0] != cache.batch or x.shape[2] != cfg.hidden_size:
             raise ValueError(f"x must be [B={cache.batch}, S_q, {cfg.hidden_size}], got {list(x.shape)}")

@@ -498,6 +498,8 @@ def test_layer_call_errors_and_empty_prefill(setup):
                        qk_rope_head_dim=cfg.qk_rope_head_dim)
     with pytest.raises(ValueError, match="call cache.allocate"):
         layer(x, cache)
+    with pytest.raises(ValueError, match="x must be"):     # a 0-d x gave IndexError before the shape check
+        layer(torch.tensor(1.0), cache)
     cache.allocate(2, 16)
     outs = prefill([layer], torch.randn(2, 0, cfg.hidden_size), cache)
     assert [tuple(o.shape) for o in outs] == [(2, 0, cfg.hidden_size)] and outs[0].dtype == torch.bfloat16

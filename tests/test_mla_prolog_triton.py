@@ -449,6 +449,25 @@ def test_supports_reason():
             M.mla_prolog(**bf)
 
 
+def test_empty_hidden_size_falls_back_to_the_reference():
+    """He = 0 (token_x [T, 0]): the Triton plan split K by He and died in ZeroDivisionError (review finding, session
+    8). supports_reason now names it, so "auto" runs the reference and an explicit "triton" raises
+    BackendUnavailable before anything is written."""
+    inp = small("bf16", T=3)
+    for k in ("token_x", "weight_dq", "weight_dkv_kr"):          # He = 0: token_x [T, 0], the down weights [0, ·]
+        inp[k] = inp[k][:, :0].contiguous() if k == "token_x" else inp[k][:0].contiguous()
+    assert "He = 0" in K.supports_reason(**inp)
+    ref = run(clone(inp), "reference")
+    a = clone(inp)
+    out = run(a, "auto")
+    for x, y in zip(out, ref):
+        assert torch.equal(bits(x), bits(y))
+    b = clone(inp)
+    with ops.backend("triton"), pytest.raises(ops.BackendUnavailable, match="He = 0"):
+        M.mla_prolog(**b)
+    assert torch.equal(bits(b["kv_cache"]), bits(inp["kv_cache"]))
+
+
 def test_ascend_compile_cases_are_well_formed():
     import inspect
     cases = K.ascend_compile_cases()

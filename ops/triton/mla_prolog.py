@@ -1023,6 +1023,8 @@ def supports_reason(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, 
     checked by ops/mla_prolog.py; this only lists what the kernels do not implement."""
     if cache_mode != "PA_BSND":
         return f"cache_mode {cache_mode!r}: the Triton kernels write PA_BSND caches only"
+    if token_x.shape[-1] == 0:
+        return "hidden size He = 0 (an empty down GEMM): the kernels split K, which needs He ≥ 1"
     dt = weight_uk.dtype
     if dt not in _FLOATS:
         return f"activation dtype {dt} (weight_uk) is not fp16/bf16/fp32"
