@@ -681,6 +681,13 @@ def test_merge_grid_whole_rows_unless_vectorised(gen, monkeypatch):
         assert grid == (B * 16 * (2 if vec else 1),), (B, ns, grid)
 
 
+def test_launch_plan_names_a_bad_config_key():
+    """config["key"] must name a launch table; "cuda_sweep" (a list of sweep candidates) or a typo gave KeyError 'tiles'."""
+    for bad in ("cuda_sweep", "CUDA"):
+        with pytest.raises(ValueError, match=f"config key must be one of .*got '{bad}'"):
+            tri.launch_plan(1, 1, 16, 4096, torch.device("cpu"), {"key": bad})
+
+
 def test_vectorised_merge_tile_bound_uses_the_real_latent_dim(gen, monkeypatch):
     """The plan sizes the vectorised merge's [pow2(splits), cols] tile without knowing Dc (512 when cols = 0); the
     launcher re-checks it with the real column block, so a wide latent dim takes the whole-row loop instead of a

@@ -571,8 +571,8 @@ def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, c
     largest power of two ≥ 16 dividing the page, the others (CUDA) fall back to per-key page gathers.
     Returns a new dict(BLOCK_M, BLOCK_N, num_warps, num_stages, num_m, num_splits, grid, persistent, skip,
     round_c, lazy, key, flat, dv_split, ...); plans without ``config`` are memoised (see :func:`_plan`).
-    Raises ValueError if the chosen tile's dv_split (from the table or ``config``) is not 1 or 2; KeyError if
-    config["key"] is not a section of configs/amla.json that has tiles (e.g. "cuda_sweep").
+    Raises ValueError if the chosen tile's dv_split (from the table or ``config``) is not 1 or 2, or if
+    config["key"] is not a launch table of configs/amla.json ("cuda", "ascend", "interpreter").
     """
     if config:
         return _make_plan(B, S_q, N, max_keys, device, config, num_splits, page)
@@ -604,6 +604,9 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
     """:func:`launch_plan`'s body (uncached)."""
     config = dict(config or {})
     key = config.pop("key", None) or _backend_key(device)
+    tables = [k for k, v in load_configs().items() if isinstance(v, dict) and "tiles" in v]
+    if key not in tables:
+        raise ValueError(f"config key must be one of {tables}, got {key!r}")
     sect = dict(load_configs()[key])
     rows = S_q * N
     tile = None
