@@ -28,10 +28,11 @@ _SIG = inspect.signature(_ref.amla)
 # ----------------------------------------------------------------------------------------------
 # validation
 # ----------------------------------------------------------------------------------------------
-def _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True):
+def _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True, *, data=True):
     """Validate ``ds::amla`` arguments; raise TypeError / ValueError naming the argument and the bad value.
 
-    Shape/dtype checks always run. Data-dependent checks (they read seq_lens and block_table, a host
+    Shape/dtype/device checks always run (the fake impl runs them too, with ``data`` False, so a mixed-device
+    call through the dispatcher's Meta or Fake key raises instead of returning empty tensors). Data-dependent checks (they read seq_lens and block_table, a host
     sync) run only when :func:`ops._library.checks_enabled` (eager, not compiling, not capturing):
     0 ≤ seq_lens[b] ≤ max_blocks·block_size, and every *used* block_table entry
     (the first ceil(seq_lens[b]/block_size) of row b) is in [0, num_blocks).
@@ -63,7 +64,7 @@ def _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_sc
         raise ValueError(f"q_nope: N and Dc must be ≥ 1, got shape {list(q_nope.shape)}")
     if block_size < 1:
         raise ValueError(f"kv_cache: block_size (dim 1) must be ≥ 1, got shape {list(kv_cache.shape)}")
-    if not checks_enabled() or B == 0:
+    if not data or not checks_enabled() or B == 0:
         return
     lens = seq_lens.to(torch.int64)
     bad = (lens < 0).nonzero()
@@ -86,6 +87,7 @@ def _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_sc
 
 
 def _fake(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True):
+    _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal, data=False)
     B, S_q, N, Dc = q_nope.shape
     return q_nope.new_empty(B, S_q, N, Dc), q_nope.new_empty(B, S_q, N, dtype=torch.float32)
 

@@ -638,3 +638,14 @@ def test_reference_on_cuda_matches_cpu():
     big = spec.make_inputs(spec.shapes["b64_sq2_n128_l4096"], dtype=torch.bfloat16, device="cuda", generator=g)
     assert spec.flops(**big) == 2 * 64 * 2 * 128 * 4096 * 1088
     assert torch.isnan(big["kv_cache"]).any() and int((big["block_table"] == -1).sum()) == 64
+
+
+@pytest.mark.parametrize("arg", ["block_table", "seq_lens", "kv_cache", "q_nope"])
+def test_mixed_devices_through_the_dispatcher_raise(arg, gen):
+    """One argument on the meta device sends ``torch.ops.ds.amla`` to the Meta (fake) kernel. The fake used to skip
+    the checks and return empty tensors on q_nope's device: uninitialised memory as the result (new-user finding,
+    session 8). It now runs the static checks and names the argument."""
+    inp = make(gen, B=2, S_q=1, N=4, L=70)
+    inp[arg] = inp[arg].to("meta")
+    with pytest.raises(ValueError, match="must be on|device"):
+        torch.ops.ds.amla(**inp)
