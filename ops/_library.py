@@ -224,9 +224,16 @@ class DsOp:
         self.check = check
         self.kernels = list(kernels)
         # help(ops.<module>.<op>) shows the op's semantics: shapes, dtypes, errors and source, from the reference
+        where = f"{check.__module__}.{check.__name__}" if check is not None else "the op's module"
         self.__doc__ = (f"``ds::{name}`` (also ``torch.ops.ds.{name}``): the registered op and its eager fast path, "
-                        f"dispatched to a kernel or the reference (see ops/_library.py). Semantics, from "
-                        f"{reference.__module__}.{reference.__name__}:\n\n{inspect.cleandoc(reference.__doc__ or '')}")
+                        f"dispatched to a kernel or the reference (see ops/_library.py).\n\n"
+                        f"Raises (this op): TypeError / ValueError naming the argument and the bad value, from the "
+                        f"argument checks ({where}), before anything runs or is written; ops.BackendUnavailable "
+                        f"when a backend forced with ops.backend(...) cannot take these inputs. The Raises of the "
+                        f"reference below are those of the reference function called directly.\n\n"
+                        f"Semantics, from {reference.__module__}.{reference.__name__}:\n\n"
+                        f"{inspect.cleandoc(reference.__doc__ or '')}")
+        self.__signature__ = self.signature     # inspect.signature / help() / IDEs show the op's arguments
         self.spec = spec
         if spec is not None:
             SPECS[name] = spec
@@ -286,7 +293,13 @@ class DsOp:
 
     def _run(self, _dev: str, args, kwargs):
         if self.check is not None:
-            self.check(*args, **kwargs)
+            try:
+                self.check(*args, **kwargs)
+            except TypeError as e:       # a missing / unexpected argument: name the op, not the private check
+                head = f"{self.check.__name__}() "
+                if str(e).startswith(head):
+                    raise TypeError(f"ds::{self.name}() {str(e)[len(head):]}") from None
+                raise
         bname, fn = self.select(args, kwargs)
         if bname != "reference":
             args, kwargs = self._unit_stride_vectors(args, kwargs)

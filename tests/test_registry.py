@@ -73,6 +73,21 @@ def test_reference_docstring_names_shapes_errors_and_source(name):
     eager = getattr(importlib.import_module({"amla": "ops.amla", "mla_prolog": "ops.mla_prolog",
                                              "moe_gating_top_k": "ops.moe_gating"}.get(name, "ops.quant")), name)
     assert doc in (eager.__doc__ or ""), f"{name}: the DsOp's docstring is not the reference's"
+    assert "Raises (this op): TypeError / ValueError naming the argument" in eager.__doc__
+    # inspect / help / IDEs see the op's arguments and defaults, not (*args, **kwargs)
+    assert inspect.signature(eager) == inspect.signature(fn)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
+def test_eager_call_with_a_missing_or_unknown_argument_names_the_op(name):
+    """A missing or misspelled argument used to be reported against the private check (``_check() missing 1
+    required positional argument``: new-user finding, session 8); it now names ``ds::<op>``."""
+    eager = getattr(importlib.import_module({"amla": "ops.amla", "mla_prolog": "ops.mla_prolog",
+                                             "moe_gating_top_k": "ops.moe_gating"}.get(name, "ops.quant")), name)
+    with pytest.raises(TypeError, match=rf"^ds::{name}\(\) (missing|got an unexpected)"):
+        eager()
+    with pytest.raises(TypeError, match=rf"^ds::{name}\(\) (missing|got an unexpected)"):
+        eager(torch.zeros(1), no_such_argument=1)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
