@@ -101,6 +101,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error(f"--max-shapes must be >= 1, got {args.max_shapes}")
     if args.repro_check < 0:
         ap.error(f"--repro-check must be >= 0, got {args.repro_check}")
+    if args.budget_s is not None and not args.budget_s > 0:
+        ap.error(f"--budget-s must be > 0, got {args.budget_s}")
+    if args.device is not None and not args.merge:
+        try:
+            dev = torch.device(args.device)
+        except RuntimeError:
+            dev = None
+        if dev is None or dev.type not in ("cpu", "cuda", "npu"):
+            ap.error(f"--device takes cpu, cuda or npu (optionally with an index, cuda:1); got {args.device!r}")
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            ap.error("--device cuda: this torch sees no CUDA device (torch.cuda.is_available() is False)")
+    try:        # fail now, not after a long run, if the results cannot be written
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        ap.error(f"--out {args.out!r} cannot be created: {e.strerror or e}")
     return args
 
 
@@ -357,8 +372,10 @@ class Runner:
         return S.backends_of(entry), False
 
     def note(self, msg: str) -> None:
+        """Record a note for the summary; a new one is also printed (stderr) as it happens."""
         if msg not in self.notes:
             self.notes.append(msg)
+            print(f"note: {msg}", file=sys.stderr, flush=True)
 
     # -- the golden --------------------------------------------------------------------------------
     def golden(self, entry: S.OpEntry, inputs: dict, mutated: Sequence[str], kind: str) -> Golden:
@@ -461,6 +478,7 @@ class Runner:
                 if explicit:
                     row.update(check="SKIP", check_detail=str(e)[:400])
                     self.rows.append(row)
+                    self.note(f"{entry.name}: {b} skipped: {str(e)[:300]}")
                 else:
                     self.note(f"{entry.name}: backend {b} unavailable here: {e}")
                 continue
@@ -668,7 +686,9 @@ def setup(args: argparse.Namespace, argv: Sequence[str] | None, *, extra_ops: Se
             runner.note(f"{e.name}: planning shapes failed: {type(ex).__name__}: {ex}")
             continue
         if not cases:
-            runner.note(f"{e.name}: no shape matches --shapes {','.join(args.shapes or [])}")
+            names = list(e.spec.shapes)
+            runner.note(f"{e.name}: no shape matches --shapes {','.join(args.shapes or [])} (its shapes: "
+                        f"{', '.join(names[:12])}{', …' if len(names) > 12 else ''}; globs such as 'b64_*' work)")
         plan += [(e, c) for c in cases]
     return runner, plan
 
@@ -678,7 +698,8 @@ def run_plan(runner: Runner, plan: list, t_start: float, budget: float | None) -
     with _Progress(len(plan), t_start) as prog:
         for e, c in plan:
             if budget is not None and time.perf_counter() - t_start > budget:
-                runner.note(f"time budget of {budget:.0f} s reached: skipped {e.name} {c.name} and later cases")
+                if not any(n.startswith("time budget of") for n in runner.notes):
+                    runner.note(f"time budget of {budget:.0f} s reached: skipped {e.name} {c.name} and later cases")
                 prog.advance()
                 continue
             runner.run_case(e, c, progress=prog.describe)
@@ -695,7 +716,11 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
         from .report import merge_reports
         return merge_reports(args.merge, args.out)
     t_start = time.perf_counter()
-    runner, plan = setup(args, argv, extra_ops=extra_ops)
+    try:
+        runner, plan = setup(args, argv, extra_ops=extra_ops)
+    except ValueError as e:      # an --ops pattern that matches nothing: a usage error, not a traceback
+        print(f"python -m perf: error: {e}", file=sys.stderr)
+        return 2
     device, meta = runner.dev, runner.meta
     budget = args.budget_s if args.budget_s is not None else (DEFAULT_CPU_BUDGET_S if device.type == "cpu" else None)
     run_plan(runner, plan, t_start, budget)

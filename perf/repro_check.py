@@ -125,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="text output (default repro_check.txt beside the JSON)")
     ap.add_argument("--no-update", action="store_true", help="leave results.json / summary.md alone")
     a = ap.parse_args(argv)
+    if a.n < 1:
+        ap.error(f"-n must be >= 1, got {a.n}")
+    if not os.path.exists(a.results):
+        ap.error(f"results {a.results!r} does not exist (give a report's results.json or its folder)")
     import ops  # noqa: F401
     res = repro_check(a.results, n=a.n, seed=a.seed, rows=[x for x in a.rows.split(",") if x], out=a.out,
                       update=not a.no_update)

@@ -740,6 +740,31 @@ def test_cli_exits_2_when_nothing_is_timed_and_rejects_bad_arguments(tmp_path, c
         assert msg in capsys.readouterr().err
 
 
+def test_cli_usage_errors_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """Session-8 new-user findings: an unwritable --out failed only after the whole run (results lost); --ops with
+    no match, --device cuda without CUDA and --device tpu gave tracebacks; --budget-s -1 and repro_check -n -3 were
+    accepted. Each is now a usage error naming the argument, before any case runs."""
+    import perf.__main__ as PM
+    from perf.repro_check import main as repro_main
+    ran = []
+    monkeypatch.setattr(PM, "run_plan", lambda *a, **k: ran.append(a))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for bad, msg in ((["--out", str(blocker / "sub")], "--out"), (["--device", "cuda"], "--device cuda"),
+                     (["--device", "tpu"], "--device takes"), (["--budget-s", "-1"], "--budget-s must be")):
+        with pytest.raises(SystemExit):
+            main(["--out", str(tmp_path / "x")] + bad if bad[0] != "--out" else bad)
+        assert msg in capsys.readouterr().err
+    assert main(["--device", "cpu", "--ops", "amlaa", "--out", str(tmp_path / "y"), "--no-layer"]) == 2
+    assert "'amlaa' matches no registered op" in capsys.readouterr().err
+    assert not ran
+    for bad, msg in ((["-n", "-3"], "-n must be"), ([], "does not exist")):
+        with pytest.raises(SystemExit):
+            repro_main([str(tmp_path / "missing.json")] + bad)
+        assert msg in capsys.readouterr().err
+
+
 def test_repro_command_keeps_arg_checks(tmp_path):
     # session-7 audit: a run with --keep-arg-checks wrote repro commands without it (a different configuration)
     e = fake_entry()
