@@ -51,7 +51,10 @@ def current_backend() -> str:
     stack = getattr(_local, "stack", None)
     if stack:
         return stack[-1]
-    return _validate_backend(os.environ.get(_ENV_BACKEND, "auto") or "auto")
+    env = os.environ.get(_ENV_BACKEND, "auto") or "auto"
+    if env not in BACKENDS:
+        raise ValueError(f"environment variable {_ENV_BACKEND} must be one of {BACKENDS}, got {env!r}")
+    return env
 
 
 @contextlib.contextmanager
@@ -74,9 +77,9 @@ def backend(name: str) -> Iterator[None]:
 
 
 def checks_enabled() -> bool:
-    """Whether data-dependent eager checks (host syncs) run: off under ``DS_OPS_CHECKS=0``, while
-    compiling, and during CUDA-graph capture."""
-    if os.environ.get(_ENV_CHECKS, "1") == "0":
+    """Whether data-dependent eager checks (host syncs) run: off under ``DS_OPS_CHECKS=0`` (or false / no /
+    off), while compiling, and during CUDA-graph capture."""
+    if os.environ.get(_ENV_CHECKS, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
     if torch.compiler.is_compiling():
         return False
@@ -102,17 +105,20 @@ def triton_available() -> str | None:
 # argument validation: clear errors naming the argument and the bad value
 # ----------------------------------------------------------------------------------------------
 def check_tensor(name: str, t: Any, *, dtypes: Sequence[torch.dtype] | None = None, ndim: int | Sequence[int] | None = None,
-                 shape: Sequence[int | None] | None = None, device: torch.device | None = None) -> None:
+                 shape: Sequence[int | None] | None = None, device: torch.device | None = None, why: str = "") -> None:
     """Raise TypeError/ValueError naming ``name`` unless ``t`` is a tensor with the given properties.
-    ``shape`` entries that are None are not checked."""
+    ``shape`` entries that are None are not checked; ``why`` (e.g. " (q_nope's dtype)") follows the expected
+    dtype / shape in the message."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if dtypes is not None and t.dtype not in dtypes:
-        raise TypeError(f"{name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
+        want = str(dtypes[0]) if len(dtypes) == 1 else f"one of {[str(d) for d in dtypes]}"
+        raise TypeError(f"{name} must have dtype {want}{why}, got {t.dtype}")
     if ndim is not None:
         nd = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if t.dim() not in nd:
-            raise ValueError(f"{name} must have {' or '.join(map(str, nd))} dims, got shape {tuple(t.shape)}")
+            raise ValueError(f"{name} must have {' or '.join(map(str, nd))} dimension{'' if nd == (1,) else 's'}, "
+                             f"got shape {tuple(t.shape)}")
     if shape is not None:
         # a plain loop: this runs ~15 times per eager mla_prolog call (a generator in any() costs more)
         bad = t.dim() != len(shape)
@@ -123,7 +129,7 @@ def check_tensor(name: str, t: Any, *, dtypes: Sequence[torch.dtype] | None = No
                     break
         if bad:
             want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
-            raise ValueError(f"{name} must have shape {want}, got {list(t.shape)}")
+            raise ValueError(f"{name} must have shape {want}{why}, got {list(t.shape)}")
     if device is not None and t.device != device:
         raise ValueError(f"{name} must be on {device}, got {t.device}")
 

@@ -42,16 +42,18 @@ def _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_sc
     check_tensor("q_nope", q_nope, dtypes=_DTYPES, ndim=4)
     B, S_q, N, Dc = q_nope.shape
     dev = q_nope.device
-    check_tensor("q_rope", q_rope, dtypes=(q_nope.dtype,), ndim=4, device=dev)
+    check_tensor("q_rope", q_rope, dtypes=(q_nope.dtype,), ndim=4, device=dev, why=" (q_nope's dtype)")
     Dr = q_rope.shape[-1]
-    check_tensor("q_rope", q_rope, shape=(B, S_q, N, None))
-    check_tensor("kv_cache", kv_cache, dtypes=(q_nope.dtype,), ndim=4, device=dev)
+    check_tensor("q_rope", q_rope, shape=(B, S_q, N, None), why=" (B, S_q, N from q_nope)")
+    check_tensor("kv_cache", kv_cache, dtypes=(q_nope.dtype,), ndim=4, device=dev, why=" (q_nope's dtype)")
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
-    check_tensor("kv_cache", kv_cache, shape=(None, None, 1, Dc))
-    check_tensor("kr_cache", kr_cache, dtypes=(q_nope.dtype,), shape=(num_blocks, block_size, 1, Dr), device=dev)
+    check_tensor("kv_cache", kv_cache, shape=(None, None, 1, Dc), why=" (Dc from q_nope)")
+    check_tensor("kr_cache", kr_cache, dtypes=(q_nope.dtype,), device=dev, why=" (q_nope's dtype)")
+    check_tensor("kr_cache", kr_cache, shape=(num_blocks, block_size, 1, Dr), why=" (blocks from kv_cache, Dr from q_rope)")
     check_tensor("block_table", block_table, dtypes=(torch.int32,), ndim=2, device=dev)
-    check_tensor("block_table", block_table, shape=(B, None))
-    check_tensor("seq_lens", seq_lens, dtypes=(torch.int32,), shape=(B,), device=dev)
+    check_tensor("block_table", block_table, shape=(B, None), why=" (B from q_nope)")
+    check_tensor("seq_lens", seq_lens, dtypes=(torch.int32,), device=dev)
+    check_tensor("seq_lens", seq_lens, shape=(B,), why=" (B from q_nope)")
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"softmax_scale must be a float, got {type(softmax_scale).__name__} {softmax_scale!r}")
     if not math.isfinite(softmax_scale):

@@ -347,7 +347,7 @@ def test_check_tensor_messages_unchanged():
         L.check_tensor("w", t, shape=(2, None, 4))
     with pytest.raises(ValueError, match=r"^w must have shape \[2, 4\], got \[2, 3\]$"):
         L.check_tensor("w", t, shape=(2, 4))
-    with pytest.raises(ValueError, match=r"^w must have 1 or 3 dims, got shape \(2, 3\)$"):
+    with pytest.raises(ValueError, match=r"^w must have 1 or 3 dimensions, got shape \(2, 3\)$"):
         L.check_tensor("w", t, ndim=(1, 3))
     with pytest.raises(TypeError, match=r"^w must be a torch.Tensor, got int$"):
         L.check_tensor("w", 3)

@@ -319,7 +319,7 @@ def test_errors_name_the_argument():
     for kw, msg in cases:
         with pytest.raises((ValueError, TypeError), match=msg):
             ops.moe_gating.moe_gating_top_k(x, **kw)
-    with pytest.raises(ValueError, match="x must have 2 dims"):
+    with pytest.raises(ValueError, match="x must have 2 dimensions"):
         ops.moe_gating.moe_gating_top_k(torch.randn(256), 8)
     with pytest.raises(ValueError, match="experts per group"):
         ops.moe_gating.moe_gating_top_k(torch.randn(2, 8), 1, group_count=8, group_select_mode=1)

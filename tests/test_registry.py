@@ -184,3 +184,20 @@ def test_import_ops_without_triton_or_torch_npu():
     env = {k: v for k, v in os.environ.items() if k != "DS_OPS_BACKEND"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and "ok auto" in r.stdout, r.stderr[-2000:]
+
+
+def test_environment_switches_are_validated_and_spelled_as_users_do(monkeypatch):
+    """DS_OPS_BACKEND with a bad value names the variable (it used to say only "backend must be one of"), and
+    DS_OPS_CHECKS accepts false / no / off as well as 0 (anything else used to leave the checks on silently)."""
+    from ops._library import checks_enabled, current_backend
+    monkeypatch.setenv("DS_OPS_BACKEND", "bogus")
+    with pytest.raises(ValueError, match="environment variable DS_OPS_BACKEND must be one of .* got 'bogus'"):
+        current_backend()
+    monkeypatch.setenv("DS_OPS_BACKEND", "reference")
+    assert current_backend() == "reference"
+    for off in ("0", "false", "False", "no", "off", " OFF "):
+        monkeypatch.setenv("DS_OPS_CHECKS", off)
+        assert not checks_enabled(), off
+    for on in ("1", "true", "yes"):
+        monkeypatch.setenv("DS_OPS_CHECKS", on)
+        assert checks_enabled(), on
