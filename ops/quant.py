@@ -133,8 +133,11 @@ def _check_rms_norm_dynamic_quant(x, gamma, *, epsilon=1e-6, residual=None, smoo
         raise ValueError(f"x must have shape [..., H] with H >= 1, got {list(x.shape)}")
     H = x.shape[-1]
     _check_vec("gamma", gamma, H, "H = x.shape[-1]", _FLOATS, x.device)
-    if not isinstance(epsilon, torch.SymFloat) and (not isinstance(epsilon, (int, float)) or not 0 <= epsilon < float("inf")):
-        raise ValueError(f"epsilon must be a finite float >= 0, got {epsilon!r}")
+    if not isinstance(epsilon, torch.SymFloat):
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
+            raise TypeError(f"epsilon must be a Python float, got {type(epsilon).__name__} {epsilon!r}")
+        if not 0 <= epsilon < float("inf"):
+            raise ValueError(f"epsilon must be a finite float >= 0, got {epsilon!r}")
     if residual is not None:
         check_tensor("residual", residual, dtypes=(x.dtype,))
         if residual.shape != x.shape:

@@ -224,7 +224,8 @@ def quantize_weight_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     scale 0, q 0). Error bound: |w − w_int8·scale| ≤ scale/2 per element (plus fp32 rounding).
     Raises ValueError unless w is 2-D floating point."""
     if not (isinstance(w, torch.Tensor) and w.dim() == 2 and w.is_floating_point()):
-        raise ValueError(f"w must be a 2-D floating-point tensor [K, N], got {getattr(w, 'shape', type(w))}")
+        got = f"{w.dtype} of shape {list(w.shape)}" if isinstance(w, torch.Tensor) else type(w).__name__
+        raise ValueError(f"w must be a 2-D floating-point tensor [K, N], got {got}")
     q, s = quantize_rows(w.float().t())
     return q.t().contiguous(), s
 
@@ -328,4 +329,4 @@ def pack_weight(w_int8: torch.Tensor, backend: str = "cuda") -> torch.Tensor:
             import torch_npu  # noqa: F401
             return torch_npu.npu_format_cast(w, FRACTAL_NZ)
         return w
-    raise ValueError(f"backend must be 'cuda' or 'ascend', got {backend!r}")
+    raise ValueError(f"backend must be 'cuda' or 'ascend' (the Ascend NPU's layout), got {backend!r}")

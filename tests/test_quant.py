@@ -650,6 +650,15 @@ def test_kernel_quant_matmul_Q2_and_strides(K, N, gen):
             assert_close(out, ref64, "fp32" if od == torch.float32 else "bf16")
 
 
+def test_epsilon_of_the_wrong_type_is_a_type_error():
+    """A tensor or bool epsilon was reported as a bad value ("must be a finite float >= 0, got tensor(1e-06)"):
+    the problem is its type (new-user finding, session 8)."""
+    x, gamma = torch.randn(2, 16), torch.rand(16) + 0.5
+    for eps in (torch.tensor(1e-6), True, "1e-6"):
+        with pytest.raises(TypeError, match="epsilon must be a Python float"):
+            ops.quant.rms_norm_dynamic_quant(x, gamma, epsilon=eps)
+
+
 @pytest.mark.parametrize("eps", [float("inf"), -1e-6, float("nan")])
 def test_rms_norm_dynamic_quant_rejects_bad_epsilon(eps):
     """Audit finding: epsilon=inf was accepted and silently gave all-zero output."""

@@ -1050,7 +1050,7 @@ def pack_weights(weights: dict, backend: str = "cuda") -> dict:
     weight_uq_qr [Hcq, N·(D + Dr)], weight_dkv_kr [He, Hckv + Dr], int8). backend: "cuda" or "ascend".
     Returns a new dict (the input dict is not modified). Raises ValueError for another backend."""
     if backend not in ("cuda", "ascend"):
-        raise ValueError(f"backend must be 'cuda' or 'ascend', got {backend!r}")
+        raise ValueError(f"backend must be 'cuda' or 'ascend' (the Ascend NPU's layout), got {backend!r}")
     out = dict(weights)
     for k in ("weight_dq", "weight_uq_qr", "weight_dkv_kr"):
         w = out.get(k)
