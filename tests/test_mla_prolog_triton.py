@@ -227,7 +227,7 @@ def test_pack_weights_layouts_and_unknown_backend():
         w = inp[k]
         assert torch.equal(cuda[k], w) and torch.equal(asc[k], w)          # logically the same weights
         assert cuda[k].stride() == (1, w.shape[0]) and asc[k].is_contiguous()
-    with pytest.raises(ValueError, match="backend must be 'cuda' or 'ascend', got 'CUDA'"):
+    with pytest.raises(ValueError, match=r"backend must be 'cuda' or 'ascend' \(the Ascend NPU's layout\), got 'CUDA'"):
         K.pack_weights(inp, "CUDA")                                          # was: silently row-major
 
 
