@@ -112,8 +112,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             ap.error(f"--device takes cpu, cuda or npu (optionally with an index, cuda:1); got {args.device!r}")
         if dev.type == "cuda" and not torch.cuda.is_available():
             ap.error("--device cuda: this torch sees no CUDA device (torch.cuda.is_available() is False)")
-    try:        # fail now, not after a long run, if the results cannot be written
-        os.makedirs(args.out, exist_ok=True)
+    try:        # fail now, not after a long run, if the results cannot be written (repro_check passes os.devnull)
+        if args.out != os.devnull:
+            os.makedirs(args.out, exist_ok=True)
     except OSError as e:
         ap.error(f"--out {args.out!r} cannot be created: {e.strerror or e}")
     return args
