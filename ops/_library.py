@@ -22,6 +22,7 @@ import dataclasses
 import importlib
 import inspect
 import os
+import sys
 import threading
 from typing import Any, Callable, Iterator, Sequence
 
@@ -89,7 +90,20 @@ def checks_enabled() -> bool:
 
 
 def triton_interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    """Whether Triton kernels can run on CPU tensors: TRITON_INTERPRET=1, and set before triton was imported
+    (triton builds its own jit helpers such as ``tl.cdiv`` in interpreter mode only then; see
+    :func:`triton_interpret_late`)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1" and not triton_interpret_late()
+
+
+def triton_interpret_late() -> bool:
+    """TRITON_INTERPRET=1 is set, but triton was imported before it (its ``tl.cdiv`` is a compiled-mode
+    JITFunction): kernels would fail with "Cannot call @triton.jit'd outside of the scope of a kernel"."""
+    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+        return False
+    tl = sys.modules.get("triton.language")
+    f = getattr(tl, "cdiv", None) if tl is not None else None
+    return f is not None and type(f).__name__ == "JITFunction"
 
 
 def triton_available() -> str | None:
@@ -206,6 +220,9 @@ def _unavailable_reason(k: Kernel, device_type: str) -> str | None:
         if r:
             return r
         if device_type == "cpu" and not triton_interpret():
+            if triton_interpret_late():
+                return ("TRITON_INTERPRET=1 was set after triton was imported (import torch / ops imports it): "
+                        "set it in the environment before starting Python")
             return "Triton runs on CPU tensors only under TRITON_INTERPRET=1"
     if k.backend == "ascendc":
         from . import _ascendc

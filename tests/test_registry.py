@@ -201,3 +201,30 @@ def test_environment_switches_are_validated_and_spelled_as_users_do(monkeypatch)
     for on in ("1", "true", "yes"):
         monkeypatch.setenv("DS_OPS_CHECKS", on)
         assert checks_enabled(), on
+
+
+def test_triton_interpret_set_after_import_falls_back_with_a_reason():
+    """TRITON_INTERPRET=1 set after triton was imported (``import torch, ops`` imports it): triton's own helpers
+    (tl.cdiv) are compiled-mode, so a kernel died with "Cannot call @triton.jit'd outside of the scope of a kernel"
+    even under the "auto" backend (adversarial finding, session 8). Now auto runs the reference and an explicit
+    "triton" raises BackendUnavailable saying why. Runs in a fresh interpreter (this one imported triton in
+    interpreter mode)."""
+    code = (
+        "import os, torch, ops\n"
+        "os.environ['TRITON_INTERPRET'] = '1'\n"
+        "x = torch.randn(3, 8)\n"
+        "q, s = ops.quant.dynamic_quant(x)\n"
+        "with ops.backend('reference'):\n"
+        "    rq, rs = ops.quant.dynamic_quant(x)\n"
+        "assert torch.equal(q, rq) and torch.equal(s, rs)\n"
+        "try:\n"
+        "    with ops.backend('triton'):\n"
+        "        ops.quant.dynamic_quant(x)\n"
+        "except ops.BackendUnavailable as e:\n"
+        "    assert 'set after triton was imported' in str(e), e\n"
+        "else:\n"
+        "    raise SystemExit('no BackendUnavailable')\n"
+        "print('OK')\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
