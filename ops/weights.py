@@ -479,6 +479,8 @@ def collect_calibration(hf_layer: torch.nn.Module, run: Any) -> dict[str, torch.
 
     def hook(key):
         def fn(_mod, args):
+            if args[0].numel() == 0:        # no tokens, or a zero-width module (n_shared_experts = 0): nothing seen
+                return
             x = args[0].detach().float().abs().reshape(-1, args[0].shape[-1]).amax(0)
             acc[key] = torch.maximum(acc[key], x) if key in acc else x
         return fn

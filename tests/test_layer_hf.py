@@ -558,3 +558,19 @@ def test_weight_absmax_rejects_no_weights_and_mismatched_k():
         weight_absmax()
     with pytest.raises(ValueError, match=r"\[6, 3\], \[7, 3\]"):
         weight_absmax(w1, torch.randn(7, 3))
+
+
+def test_collect_calibration_with_no_shared_experts():
+    """n_shared_experts = 0: HF builds a zero-width shared_experts MLP and runs; the calibration hook reshaped its
+    empty input to [-1, 0] and crashed (adversarial finding, session 8). Zero-width inputs are now skipped: no key
+    for that module, every other module calibrated."""
+    from ops.weights import collect_calibration
+    cfg = hf_config(n_shared_experts=0, first_k_dense_replace=0)
+    torch.manual_seed(3)
+    layer = DeepseekV3DecoderLayer(cfg, 0).float().eval()      # MoE layer 0 with a zero-width shared_experts MLP
+    x = torch.randn(1, 5, cfg.hidden_size)
+    pos = torch.arange(5)[None]
+    cs = DeepseekV3RotaryEmbedding(cfg)(x, pos)
+    acc = collect_calibration(layer, lambda: layer(x, attention_mask=None, position_ids=pos, position_embeddings=cs))
+    assert "shared_down_in" not in acc and {"attn_in", "cq", "o_in", "mlp_in"} <= set(acc)
+    assert all(v.numel() > 0 and torch.isfinite(v).all() for v in acc.values())
