@@ -36,6 +36,7 @@ from typing import Sequence
 import torch
 
 from reference.deepseek import rms_norm
+from .amla import MAX_S_Q
 from .weights import LayerConfig, LayerWeights, Linear, MLPWeights, MoEWeights
 
 __all__ = ["PagedCache", "DeepseekV3DecodeLayer", "decode_step", "prefill", "yarn_inv_freq", "softmax_scale_of"]
@@ -276,6 +277,8 @@ class DeepseekV3DecodeLayer:
             raise ValueError("the cache has no requests: call cache.allocate(batch, max_tokens) first")
         if x.dim() != 3 or x.shape[0] != cache.batch or x.shape[2] != cfg.hidden_size:
             raise ValueError(f"x must be [B={cache.batch}, S_q, {cfg.hidden_size}], got {list(x.shape)}")
+        if not 1 <= x.shape[1] <= MAX_S_Q:      # ds::amla's range; checked before mla_prolog writes the cache
+            raise ValueError(f"x: S_q (dim 1) must be in [1, {MAX_S_Q}] (ds::amla), got {x.shape[1]}")
         B, S, He = x.shape
         T, N, Hckv, Dr, V = B * S, cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.v_head_dim
         x = x.to(torch.bfloat16)
@@ -363,7 +366,9 @@ def decode_step(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache:
     """Run ``x`` [B, S_q, He] (hidden states, any float dtype; cast to bf16) through ``layers`` (each layer's
     output feeds the next), then advance the cache by S_q. Returns every layer's output [B, S_q, He] bf16 (the
     last one is the stack's output). Raises ValueError if x is not [cache.batch, S_q, hidden_size] or S_q is
-    outside ds::amla's [1, 16], RuntimeError if a request would outgrow its cache pages."""
+    outside ds::amla's [1, 16] or a layer has no cache, RuntimeError if a request would outgrow its cache pages;
+    all before any cache row is written."""
+    _check_steps(layers, x, cache, x.shape[1])
     outs = []
     for layer in layers:
         x = layer(x, cache)
@@ -372,16 +377,36 @@ def decode_step(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache:
     return outs
 
 
+def _check_steps(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: PagedCache, tokens: int) -> None:
+    """The errors a layer would raise part-way, raised before any cache row is written: a layer without a cache,
+    x's shape or S_q (ds::amla's [1, 16]), and ``tokens`` more tokens not fitting every request's pages."""
+    for layer in layers:
+        if layer.layer_idx >= len(cache.kv):
+            raise ValueError(f"layer_idx {layer.layer_idx} has no cache: the PagedCache holds {len(cache.kv)} layers")
+    if layers:
+        hidden = layers[0].cfg.hidden_size
+        if x.dim() != 3 or x.shape[0] != cache.batch or x.shape[2] != hidden:
+            raise ValueError(f"x must be [B={cache.batch}, S_q, {hidden}], got {list(x.shape)}")
+    if not 1 <= x.shape[1] <= MAX_S_Q:
+        raise ValueError(f"x: S_q (dim 1) must be in [1, {MAX_S_Q}] (ds::amla), got {x.shape[1]}")
+    capacity = cache.block_table.shape[1] * cache.block_size
+    if cache.batch and int(cache.seq_lens.max()) + tokens > capacity:
+        raise RuntimeError(f"a request outgrows its {cache.block_table.shape[1]} pages: {int(cache.seq_lens.max())} "
+                           f"cached + {tokens} new tokens > {capacity} slots (nothing was written)")
+
+
 def prefill(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: PagedCache, *,
             chunk: int = 4) -> list[torch.Tensor]:
     """Prefill a prompt x [B, P, He] in causal chunks of ≤ ``chunk`` query tokens through the decode path
     (``ds::amla`` takes S_q ≤ 16, ``ops.amla.MAX_S_Q``); x: any float dtype, cast to bf16. Returns every
     layer's output [B, P, He] bf16 (P = 0: empty outputs, the cache unchanged). Raises ValueError for chunk ≤ 0,
-    plus :func:`decode_step`'s errors."""
+    plus :func:`decode_step`'s errors, all before the first chunk runs (a prompt that does not fit is refused
+    whole)."""
     if chunk <= 0:
         raise ValueError(f"chunk must be > 0, got {chunk}")
     if x.shape[1] == 0:     # an empty prompt: nothing to run, nothing cached
         return [x.new_empty(x.shape, dtype=torch.bfloat16) for _ in layers]
+    _check_steps(layers, x[:, :min(chunk, x.shape[1])], cache, x.shape[1])   # the whole prompt, before chunk 1
     pieces: list[list[torch.Tensor]] = []
     for s in range(0, x.shape[1], chunk):
         pieces.append(decode_step(layers, x[:, s:s + chunk], cache))

@@ -574,3 +574,38 @@ def test_collect_calibration_with_no_shared_experts():
     acc = collect_calibration(layer, lambda: layer(x, attention_mask=None, position_ids=pos, position_embeddings=cs))
     assert "shared_down_in" not in acc and {"attn_in", "cq", "o_in", "mlp_in"} <= set(acc)
     assert all(v.numel() > 0 and torch.isfinite(v).all() for v in acc.values())
+
+
+def test_prefill_and_decode_refuse_before_writing_the_cache(setup):
+    """Adversarial finding (session 8): prefill with chunk 17 wrote layer 0's cache rows before amla refused S_q 17,
+    and a prompt longer than the allocation failed after earlier chunks were committed (seq_lens advanced, outputs
+    lost). Both, and a stack whose second layer has no cache, are now refused before any cache row is written."""
+    from ops.deepseek_layer import decode_step, prefill
+    cfg, sd = setup["cfg"], setup["sd"]
+    layers = [DeepseekV3DecodeLayer(load_layer_weights(sd, li, cfg)) for li in (DENSE, MOE)]
+
+    def fresh(num_layers=2):
+        c = PagedCache(num_layers=num_layers, num_blocks=8, block_size=4, kv_lora_rank=cfg.kv_lora_rank,
+                       qk_rope_head_dim=cfg.qk_rope_head_dim)
+        c.allocate(1, 8)
+        for t in c.kv + c.kr:
+            t.copy_(torch.randn(t.shape))
+        return c
+
+    def untouched(c, kv, kr):
+        return all(torch.equal(a, b) for a, b in zip(c.kv + c.kr, kv + kr)) and c.seq_lens.tolist() == [0]
+
+    for call, err, msg in (
+            (lambda c: prefill(layers, torch.randn(1, 20, cfg.hidden_size), c, chunk=17), ValueError, r"S_q .* got 17"),
+            (lambda c: prefill(layers, torch.randn(1, 10, cfg.hidden_size), c, chunk=4), RuntimeError, "outgrows"),
+            (lambda c: decode_step(layers, torch.randn(1, 9, cfg.hidden_size), c), RuntimeError, "outgrows")):
+        c = fresh()
+        kv, kr = [t.clone() for t in c.kv], [t.clone() for t in c.kr]
+        with pytest.raises(err, match=msg):
+            call(c)
+        assert untouched(c, kv, kr)
+    c = fresh(num_layers=1)
+    kv, kr = [t.clone() for t in c.kv], [t.clone() for t in c.kr]
+    with pytest.raises(ValueError, match="layer_idx 1 has no cache"):
+        decode_step(layers, torch.randn(1, 2, cfg.hidden_size), c)
+    assert untouched(c, kv, kr)
