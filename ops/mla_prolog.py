@@ -84,6 +84,8 @@ def _check_static(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rm
     check_tensor("kr_cache", kr_cache, shape=(nb, bs, 1, Dr))
     check_tensor("cache_index", cache_index, dtypes=(torch.int64,), shape=lead)
     for name, v in (("rmsnorm_epsilon_cq", rmsnorm_epsilon_cq), ("rmsnorm_epsilon_ckv", rmsnorm_epsilon_ckv)):
+        if isinstance(v, torch.SymFloat):      # traced by torch.compile: its value is not known here
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise TypeError(f"{name} must be a Python float, got {type(v).__name__} {v!r}")
         if not (math.isfinite(v) and v >= 0):
