@@ -811,7 +811,7 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="with --sweep2: CPU interpreter, tiny shapes (code check only)")
     ap.add_argument("--sweep2-groups", default="",
                     help="with --sweep2 qmm: comma list of quant_matmul groups to run (default: every group of "
-                         f"QMM_GROUPS; also selectable: {', '.join(list(QMM_GEMV_GROUPS) + list(QMM_TINY_GROUPS)))})")
+                         f"QMM_GROUPS; also selectable: {', '.join(list(QMM_GEMV_GROUPS) + list(QMM_TINY_GROUPS))})")
     args = ap.parse_args()
     if args.sweep2_groups:
         pool = dict(QMM_GROUPS, **QMM_GEMV_GROUPS, **QMM_TINY_GROUPS)
