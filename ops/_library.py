@@ -119,15 +119,16 @@ def triton_available() -> str | None:
 # argument validation: clear errors naming the argument and the bad value
 # ----------------------------------------------------------------------------------------------
 def check_tensor(name: str, t: Any, *, dtypes: Sequence[torch.dtype] | None = None, ndim: int | Sequence[int] | None = None,
-                 shape: Sequence[int | None] | None = None, device: torch.device | None = None, why: str = "") -> None:
+                 shape: Sequence[int | None] | None = None, device: torch.device | None = None, why: str = "",
+                 dtype_why: str = "") -> None:
     """Raise TypeError/ValueError naming ``name`` unless ``t`` is a tensor with the given properties.
-    ``shape`` entries that are None are not checked; ``why`` (e.g. " (q_nope's dtype)") follows the expected
-    dtype / shape in the message."""
+    ``shape`` entries that are None are not checked; ``why`` / ``dtype_why`` (e.g. " (B from q_nope)",
+    " (q_nope's dtype)") follow the expected shape / dtype in the message."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if dtypes is not None and t.dtype not in dtypes:
         want = str(dtypes[0]) if len(dtypes) == 1 else f"one of {[str(d) for d in dtypes]}"
-        raise TypeError(f"{name} must have dtype {want}{why}, got {t.dtype}")
+        raise TypeError(f"{name} must have dtype {want}{dtype_why}, got {t.dtype}")
     if ndim is not None:
         nd = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if t.dim() not in nd:

@@ -28,32 +28,23 @@ _SIG = inspect.signature(_ref.amla)
 # ----------------------------------------------------------------------------------------------
 # validation
 # ----------------------------------------------------------------------------------------------
-def _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True, *, data=True):
-    """Validate ``ds::amla`` arguments; raise TypeError / ValueError naming the argument and the bad value.
-
-    Shape/dtype/device checks always run (the fake impl runs them too, with ``data`` False, so a mixed-device
-    call through the dispatcher's Meta or Fake key raises instead of returning empty tensors). Data-dependent checks (they read seq_lens and block_table, a host
-    sync) run only when :func:`ops._library.checks_enabled` (eager, not compiling, not capturing):
-    0 ≤ seq_lens[b] ≤ max_blocks·block_size, and every *used* block_table entry
-    (the first ceil(seq_lens[b]/block_size) of row b) is in [0, num_blocks).
-    seq_lens[b] < S_q is allowed, causal or not: with causal, query token j sees keys [0, L − S_q + j],
-    so the first S_q − L tokens see none (out 0, lse −inf).
-    """
+def _check_static(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True):
+    """The shape / dtype / device / scalar part of :func:`_check` (no data read). The fake impl runs it too, so a
+    mixed-device call through the dispatcher's Meta or Fake key raises instead of returning empty tensors."""
     check_tensor("q_nope", q_nope, dtypes=_DTYPES, ndim=4)
     B, S_q, N, Dc = q_nope.shape
     dev = q_nope.device
-    check_tensor("q_rope", q_rope, dtypes=(q_nope.dtype,), ndim=4, device=dev, why=" (q_nope's dtype)")
+    check_tensor("q_rope", q_rope, dtypes=(q_nope.dtype,), ndim=4, device=dev, dtype_why=" (q_nope's dtype)")
     Dr = q_rope.shape[-1]
     check_tensor("q_rope", q_rope, shape=(B, S_q, N, None), why=" (B, S_q, N from q_nope)")
-    check_tensor("kv_cache", kv_cache, dtypes=(q_nope.dtype,), ndim=4, device=dev, why=" (q_nope's dtype)")
+    check_tensor("kv_cache", kv_cache, dtypes=(q_nope.dtype,), ndim=4, device=dev, dtype_why=" (q_nope's dtype)")
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
     check_tensor("kv_cache", kv_cache, shape=(None, None, 1, Dc), why=" (Dc from q_nope)")
-    check_tensor("kr_cache", kr_cache, dtypes=(q_nope.dtype,), device=dev, why=" (q_nope's dtype)")
-    check_tensor("kr_cache", kr_cache, shape=(num_blocks, block_size, 1, Dr), why=" (blocks from kv_cache, Dr from q_rope)")
+    check_tensor("kr_cache", kr_cache, dtypes=(q_nope.dtype,), shape=(num_blocks, block_size, 1, Dr), device=dev,
+                 dtype_why=" (q_nope's dtype)", why=" (blocks from kv_cache, Dr from q_rope)")
     check_tensor("block_table", block_table, dtypes=(torch.int32,), ndim=2, device=dev)
     check_tensor("block_table", block_table, shape=(B, None), why=" (B from q_nope)")
-    check_tensor("seq_lens", seq_lens, dtypes=(torch.int32,), device=dev)
-    check_tensor("seq_lens", seq_lens, shape=(B,), why=" (B from q_nope)")
+    check_tensor("seq_lens", seq_lens, dtypes=(torch.int32,), shape=(B,), device=dev, why=" (B from q_nope)")
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"softmax_scale must be a float, got {type(softmax_scale).__name__} {softmax_scale!r}")
     if not math.isfinite(softmax_scale):
@@ -66,7 +57,22 @@ def _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_sc
         raise ValueError(f"q_nope: N and Dc must be ≥ 1, got shape {list(q_nope.shape)}")
     if block_size < 1:
         raise ValueError(f"kv_cache: block_size (dim 1) must be ≥ 1, got shape {list(kv_cache.shape)}")
-    if not data or not checks_enabled() or B == 0:
+
+
+def _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True):
+    """Validate ``ds::amla`` arguments; raise TypeError / ValueError naming the argument and the bad value.
+
+    Shape/dtype checks (:func:`_check_static`) always run. Data-dependent checks (they read seq_lens and
+    block_table, a host sync) run only when :func:`ops._library.checks_enabled` (eager, not compiling, not
+    capturing): 0 ≤ seq_lens[b] ≤ max_blocks·block_size, and every *used* block_table entry
+    (the first ceil(seq_lens[b]/block_size) of row b) is in [0, num_blocks).
+    seq_lens[b] < S_q is allowed, causal or not: with causal, query token j sees keys [0, L − S_q + j],
+    so the first S_q − L tokens see none (out 0, lse −inf).
+    """
+    _check_static(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal)
+    B, num_blocks, block_size = q_nope.shape[0], kv_cache.shape[0], kv_cache.shape[1]
+    dev = q_nope.device
+    if not checks_enabled() or B == 0:
         return
     lens = seq_lens.to(torch.int64)
     bad = (lens < 0).nonzero()
@@ -89,7 +95,7 @@ def _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_sc
 
 
 def _fake(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True):
-    _check(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal, data=False)
+    _check_static(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal)
     B, S_q, N, Dc = q_nope.shape
     return q_nope.new_empty(B, S_q, N, Dc), q_nope.new_empty(B, S_q, N, dtype=torch.float32)
 

@@ -210,7 +210,8 @@ class DeepseekV3DecodeLayer:
     ``hidden_act`` other than "silu", or a rope_type other than default / yarn (:func:`yarn_inv_freq`, whose
     KeyError for an incomplete yarn rope_scaling also propagates).
     Raises (call) ValueError if the cache has no layer ``layer_idx``, has no requests (B = 0, not
-    allocated) while x has rows, or x is not [cache.batch, S_q, hidden_size]; RuntimeError if a request
+    allocated) while x has rows, x is not [cache.batch, S_q, hidden_size], or S_q is outside ds::amla's
+    [1, 16] (all before mla_prolog writes the cache); RuntimeError if a request
     outgrows its pages (:meth:`PagedCache.slots`); the ``ds`` ops' own errors propagate.
     """
 
@@ -383,6 +384,8 @@ def _check_steps(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache
     for layer in layers:
         if layer.layer_idx >= len(cache.kv):
             raise ValueError(f"layer_idx {layer.layer_idx} has no cache: the PagedCache holds {len(cache.kv)} layers")
+    if x.dim() == 3 and cache.batch == 0 and x.shape[0] > 0:
+        raise ValueError("the cache has no requests: call cache.allocate(batch, max_tokens) first")
     if layers:
         hidden = layers[0].cfg.hidden_size
         if x.dim() != 3 or x.shape[0] != cache.batch or x.shape[2] != hidden:

@@ -104,6 +104,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.budget_s is not None and not args.budget_s > 0:
         ap.error(f"--budget-s must be > 0, got {args.budget_s}")
     if args.device is not None and not args.merge:
+        if args.device.startswith("npu"):
+            try:
+                import torch_npu  # noqa: F401  (registers the npu device type)
+            except ImportError as e:
+                ap.error(f"--device {args.device}: torch_npu is not importable ({e})")
         try:
             dev = torch.device(args.device)
         except RuntimeError:
@@ -719,7 +724,7 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
     t_start = time.perf_counter()
     try:
         runner, plan = setup(args, argv, extra_ops=extra_ops)
-    except ValueError as e:      # an --ops pattern that matches nothing: a usage error, not a traceback
+    except S.UsageError as e:    # an --ops pattern that matches nothing: a usage error, not a traceback
         print(f"python -m perf: error: {e}", file=sys.stderr)
         return 2
     device, meta = runner.dev, runner.meta

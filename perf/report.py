@@ -358,8 +358,10 @@ def print_table(rows: Sequence[dict], layer: dict, notes: Sequence[str]) -> None
         t.add_row(*cells)
     con.print(t)
     for v in layer.get("views", []):
+        basis = ("its kernels' device time" if "device" in str(v.get("time_basis", ""))
+                 else "with the profiler's overhead")
         lt = Table(title=f"layer view: {v['layer']} — {_fmt(v.get('total_us'))} µs per call; the rows split one "
-                         f"profiled call ({_fmt(v.get('profiled_us'))} µs with the profiler's overhead)")
+                         f"profiled call ({_fmt(v.get('profiled_us'))} µs, {basis})")
         for h in ("op", "calls", "µs", "% of layer", "TFLOPS", "% peak"):
             lt.add_column(h)
         for o in v["ops"]:

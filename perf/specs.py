@@ -36,6 +36,9 @@ EP_EXPERTS = {1: 256, 8: 32, 16: 16, 32: 8, 64: 4}
 PREFILL_TOKENS = (4096, 16384)
 
 
+class UsageError(ValueError):
+    """A command-line selection that matches nothing (``python -m perf`` reports it as a usage error)."""
+
 
 def is_cpu_shape(name: str, shape: dict) -> bool:
     """A shape the op module marks as CPU-sized (name ``cpu*`` or ``shape["cpu"]`` true): run on CPU in place of
@@ -160,7 +163,7 @@ def collect_ops(names: Sequence[str] | None = None, extra: Iterable[OpEntry] = (
     for pat in names:
         hit = [e for n, e in entries.items() if fnmatch.fnmatchcase(n, pat)]
         if not hit:
-            raise ValueError(f"--ops: {pat!r} matches no registered op (have: {', '.join(entries) or 'none'})")
+            raise UsageError(f"--ops: {pat!r} matches no registered op (have: {', '.join(entries) or 'none'})")
         out.extend(e for e in hit if e not in out)
     return out
 

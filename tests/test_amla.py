@@ -647,5 +647,5 @@ def test_mixed_devices_through_the_dispatcher_raise(arg, gen):
     session 8). It now runs the static checks and names the argument."""
     inp = make(gen, B=2, S_q=1, N=4, L=70)
     inp[arg] = inp[arg].to("meta")
-    with pytest.raises(ValueError, match="must be on|device"):
+    with pytest.raises(ValueError, match="must be on"):
         torch.ops.ds.amla(**inp)

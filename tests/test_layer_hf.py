@@ -610,3 +610,9 @@ def test_prefill_and_decode_refuse_before_writing_the_cache(setup):
     with pytest.raises(ValueError, match="layer_idx 1 has no cache"):
         decode_step(layers, torch.randn(1, 2, cfg.hidden_size), c)
     assert untouched(c, kv, kr)
+    empty = PagedCache(num_layers=2, num_blocks=8, block_size=4, kv_lora_rank=cfg.kv_lora_rank,
+                       qk_rope_head_dim=cfg.qk_rope_head_dim)
+    for call in (lambda: decode_step(layers, torch.randn(1, 2, cfg.hidden_size), empty),
+                 lambda: prefill(layers, torch.randn(1, 6, cfg.hidden_size), empty)):
+        with pytest.raises(ValueError, match="call cache.allocate"):    # the hint, not a shape error (review)
+            call()
