@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 
 import torch
 
@@ -45,7 +46,7 @@ def _check_static(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, sof
     check_tensor("block_table", block_table, dtypes=(torch.int32,), ndim=2, device=dev)
     check_tensor("block_table", block_table, shape=(B, None), why=" (B from q_nope)")
     check_tensor("seq_lens", seq_lens, dtypes=(torch.int32,), shape=(B,), device=dev, why=" (B from q_nope)")
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
         raise TypeError(f"softmax_scale must be a float, got {type(softmax_scale).__name__} {softmax_scale!r}")
     if not math.isfinite(softmax_scale):
         raise ValueError(f"softmax_scale must be finite, got {softmax_scale!r}")

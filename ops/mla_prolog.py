@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 
 import torch
 
@@ -86,8 +87,8 @@ def _check_static(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rm
     for name, v in (("rmsnorm_epsilon_cq", rmsnorm_epsilon_cq), ("rmsnorm_epsilon_ckv", rmsnorm_epsilon_ckv)):
         if isinstance(v, torch.SymFloat):      # traced by torch.compile: its value is not known here
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"{name} must be a Python float, got {type(v).__name__} {v!r}")
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name} must be a real number (a float), got {type(v).__name__} {v!r}")
         if not (math.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite float >= 0, got {v!r}")
     dev = token_x.device

@@ -7,6 +7,7 @@ golden semantics; docs/ops/moe_gating.md explains them.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -52,7 +53,7 @@ def _check(x, k, *, bias=None, k_group=1, group_count=1, group_select_mode=0, re
     for name, v in (("routed_scaling_factor", routed_scaling_factor), ("eps", eps)):
         if isinstance(v, torch.SymFloat):  # symbolic under torch.compile: nothing to check without a guard
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
             raise ValueError(f"{name} must be a finite float, got {v!r}")
     if not isinstance(eps, torch.SymFloat) and eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import numbers
 from typing import Callable
 
 import torch
@@ -134,8 +135,8 @@ def _check_rms_norm_dynamic_quant(x, gamma, *, epsilon=1e-6, residual=None, smoo
     H = x.shape[-1]
     _check_vec("gamma", gamma, H, "H = x.shape[-1]", _FLOATS, x.device)
     if not isinstance(epsilon, torch.SymFloat):
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
-            raise TypeError(f"epsilon must be a Python float, got {type(epsilon).__name__} {epsilon!r}")
+        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+            raise TypeError(f"epsilon must be a real number (a float), got {type(epsilon).__name__} {epsilon!r}")
         if not 0 <= epsilon < float("inf"):
             raise ValueError(f"epsilon must be a finite float >= 0, got {epsilon!r}")
     if residual is not None:

@@ -655,7 +655,7 @@ def test_epsilon_of_the_wrong_type_is_a_type_error():
     the problem is its type (new-user finding, session 8)."""
     x, gamma = torch.randn(2, 16), torch.rand(16) + 0.5
     for eps in (torch.tensor(1e-6), True, "1e-6"):
-        with pytest.raises(TypeError, match="epsilon must be a Python float"):
+        with pytest.raises(TypeError, match="epsilon must be a real number"):
             ops.quant.rms_norm_dynamic_quant(x, gamma, epsilon=eps)
 
 
@@ -665,3 +665,13 @@ def test_rms_norm_dynamic_quant_rejects_bad_epsilon(eps):
     x, gamma = torch.randn(2, 16), torch.rand(16) + 0.5
     with pytest.raises(ValueError, match="epsilon"):
         torch.ops.ds.rms_norm_dynamic_quant(x, gamma, epsilon=eps)
+
+
+def test_numpy_scalars_are_accepted_as_floats():
+    """np.float32 is a real number but not a Python float: epsilon / softmax_scale given as numpy scalars were
+    rejected (review note, session 8). Same results as the Python float."""
+    import numpy as np
+    x, gamma = torch.randn(2, 16), torch.rand(16) + 0.5
+    a = ops.quant.rms_norm_dynamic_quant(x, gamma, epsilon=np.float32(1e-6))
+    b = ops.quant.rms_norm_dynamic_quant(x, gamma, epsilon=float(np.float32(1e-6)))
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
