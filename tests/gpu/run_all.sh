@@ -250,6 +250,11 @@ round51)  # session 8: every check on the session-8 tree (quant K-step helper, l
   step check_layer 120 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   step check_amla 200 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
+round52)  # session 8: the final tree after the review fixes (host-side checks, fake impl, layer pre-checks): quant/gating, layer, amla
+  step check_quant_gating 150 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step check_layer 120 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  step check_amla 220 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
