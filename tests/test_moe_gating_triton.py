@@ -8,6 +8,8 @@ test names. bf16 logits are checked on the H200 (the interpreter rounds fp32 →
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from hypothesis import example, given, settings, strategies as st
@@ -30,10 +32,19 @@ def _poison_and_triton(monkeypatch):
         yield
 
 
-@pytest.fixture(params=["ascend", "cuda"])
+@pytest.fixture(params=["ascend", "cuda", "cuda_packed"])
 def table(request, monkeypatch):
-    monkeypatch.setattr(MG, "_backend_key", lambda device: request.param)
-    return request.param
+    """The config table the launcher uses. "cuda_packed": the cuda table with ``packed`` (one int64 max per
+    selection round; must give the same ids and weights bit for bit)."""
+    key = request.param.split("_")[0]
+    monkeypatch.setattr(MG, "_backend_key", lambda device: key)
+    if request.param == "cuda_packed":
+        cfgs = copy.deepcopy(MG._all_configs())
+        cfgs["cuda"]["packed"] = True
+        monkeypatch.setattr(MG, "_all_configs", lambda: cfgs)
+    MG._cached_launch.cache_clear()
+    yield request.param
+    MG._cached_launch.cache_clear()
 
 
 def _gate(x, **kw):

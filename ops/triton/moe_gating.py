@@ -43,7 +43,8 @@ def _all_configs() -> dict:
 def _moe_gating_kernel(x_ptr, bias_ptr, y_ptr, idx_ptr, norm_ptr, T, stride_xt, rsf, eps,
                        E: tl.constexpr, G: tl.constexpr, GS: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr,
                        K: tl.constexpr, K_PAD: tl.constexpr, KG: tl.constexpr, GROUP_MODE: tl.constexpr,
-                       SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_T: tl.constexpr):
+                       SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_T: tl.constexpr,
+                       PACKED: tl.constexpr = False):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     og = tl.arange(0, G_PAD)
@@ -104,11 +105,23 @@ def _moe_gating_kernel(x_ptr, bias_ptr, y_ptr, idx_ptr, norm_ptr, T, stride_xt, 
         sw = tl.where(s == s, s, 0.0)
         ids = tl.zeros([BLOCK_T, K_PAD], dtype=tl.int32)
         wts = tl.zeros([BLOCK_T, K_PAD], dtype=tl.float32)
+        if PACKED:
+            # one int64 max per round picks the best key and, among equal keys, the lowest id: the key's fp32
+            # bits made order-preserving as int32 (negatives: magnitude bits flipped; -0 folded into +0 first)
+            # in the high word, E - 1 - id in the low word
+            kb = (key + 0.0).to(tl.int32, bitcast=True)
+            ordk = tl.where(kb < 0, kb ^ 0x7FFFFFFF, kb)
+            packed = (ordk.to(tl.int64) << 32) | (E - 1 - e3).to(tl.int64)
         for r in tl.static_range(K):
-            cand = tl.where(allowed, key, ninf)
-            best = tl.max(tl.max(cand, axis=2), axis=1)
-            hit = allowed & (cand == best[:, None, None])
-            ei = tl.min(tl.min(tl.where(hit, e3, E), axis=2), axis=1)   # lowest id among the best
+            if PACKED:
+                cand = tl.where(allowed, packed, -9223372036854775807 - 1)
+                best = tl.max(tl.max(cand, axis=2), axis=1)
+                ei = (E - 1) - (best & 0xFFFFFFFF).to(tl.int32)
+            else:
+                cand = tl.where(allowed, key, ninf)
+                best = tl.max(tl.max(cand, axis=2), axis=1)
+                hit = allowed & (cand == best[:, None, None])
+                ei = tl.min(tl.min(tl.where(hit, e3, E), axis=2), axis=1)   # lowest id among the best
             onehot = valid3 & (e3 == ei[:, None, None])  # padded lanes alias the next group's ids
             w = tl.sum(tl.sum(tl.where(onehot, sw, 0.0), axis=2), axis=1)
             allowed = allowed & (e3 != ei[:, None, None])
@@ -212,6 +225,8 @@ def _make_launch(T: int, E: int, k: int, k_group: int, group_count: int, group_s
     kw = dict(E=E, G=G, GS=GS, G_PAD=g_pad, GS_PAD=gs_pad, K=k, K_PAD=_np2(k), KG=k_group if G > 1 else 1,
               GROUP_MODE=group_select_mode, SIGMOID=norm_type == 1, RENORM=(norm_type == 1 or renorm == 1),
               HAS_BIAS=has_bias, BLOCK_T=block_t, num_warps=int(cfg["num_warps"]))
+    if cfg.get("packed", False):
+        kw["PACKED"] = True
     return (grid,), kw
 
 
@@ -248,10 +263,11 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                            "G": "constexpr", "GS": "constexpr", "G_PAD": "constexpr", "GS_PAD": "constexpr",
                            "K": "constexpr", "K_PAD": "constexpr", "KG": "constexpr", "GROUP_MODE": "constexpr",
                            "SIGMOID": "constexpr", "RENORM": "constexpr", "HAS_BIAS": "constexpr",
-                           "BLOCK_T": "constexpr"},
+                           "BLOCK_T": "constexpr", "PACKED": "constexpr"},
                 constexprs=dict(E=E, G=G, GS=gs, G_PAD=g_pad, GS_PAD=gs_pad, K=K, K_PAD=_np2(K),
                                 KG=KG if G > 1 else 1, GROUP_MODE=mode, SIGMOID=sig, RENORM=renorm, HAS_BIAS=True,
-                                BLOCK_T=block_t), num_warps=int(cfg["num_warps"])))
+                                BLOCK_T=block_t, PACKED=bool(cfg.get("packed", False))),
+                num_warps=int(cfg["num_warps"])))
     return cases
 
 

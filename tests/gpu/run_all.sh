@@ -255,6 +255,9 @@ round52)  # session 8: the final tree after the review fixes (host-side checks, 
   step check_layer 120 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   step check_amla 220 python3 tests/gpu/check_amla.py --out "$OUT/check_amla_report.txt"
   ;;
+round53)  # session 8: moe_gating_top_k with the packed selection key (one int64 max per round) vs the table; quant/gating correctness with it
+  step gating_ab 120 python3 perf/bench_gating_ab.py --out "$OUT/gating_ab.md"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
