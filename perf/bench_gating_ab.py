@@ -23,7 +23,7 @@ from perf.timers import graph_time_us  # noqa: E402
 from reference import moe_gating as RG  # noqa: E402
 
 DS = dict(k_group=4, group_count=8, group_select_mode=1, renorm=0, norm_type=1, routed_scaling_factor=2.5, eps=1e-20)
-CANDS = {"table": None, "packed": {"packed": True}}
+CANDS = {"table": None, "unpacked": {"packed": False}, "packed": {"packed": True}}
 
 
 def main() -> int:

@@ -230,3 +230,17 @@ def test_supports_reason_and_compile_cases():
         params = c["fn"].arg_names
         assert list(c["signature"]) == params
         assert sorted(p for p in params if c["signature"][p] == "constexpr") == sorted(c["constexprs"])
+
+
+def test_packed_selection_by_logit_width_and_config_errors():
+    """The "cuda" table packs the selection key for 2-byte logits only (bf16 / fp16 faster on the H200, fp32 a bit
+    slower: round 53); true / false force it; any other value is a ValueError naming the key."""
+    for x_bytes, want in ((2, True), (4, False)):
+        _, kw = MG._make_launch(8, 256, 8, 4, 8, 1, 0, 1, True, "cuda", None, x_bytes)
+        assert kw.get("PACKED", False) is want
+    _, kw = MG._make_launch(8, 256, 8, 4, 8, 1, 0, 1, True, "ascend", None, 2)
+    assert "PACKED" not in kw                                              # Ascend keeps the fp32 max / int min
+    _, kw = MG._make_launch(8, 256, 8, 4, 8, 1, 0, 1, True, "cuda", {"packed": True}, 4)
+    assert kw["PACKED"] is True
+    with pytest.raises(ValueError, match="packed must be"):
+        MG._make_launch(8, 256, 8, 4, 8, 1, 0, 1, True, "cuda", {"packed": "yes"}, 2)

@@ -12,8 +12,9 @@ powers of two) and does, all in registers:
 4. k rounds of "best expert among the not-yet-chosen experts of kept groups" (ties → lower expert id).
    Dropped groups are excluded outright (the reference ranks every kept expert above every dropped
    one), so even an all-NaN / all-−inf row yields k distinct in-range ids: the lowest unchosen ids of
-   the kept groups. Every round is two max-reductions and one min-reduction over the tile — ties go
-   to the lowest index by construction (no reliance on ``tl.argmax`` tie rules).
+   the kept groups. Every round is a max-reduction and a min-reduction over the tile (or, with PACKED, one
+   int64 max over the score's order-preserving bits and E − 1 − id) — ties go to the lowest index by
+   construction (no reliance on ``tl.argmax`` tie rules).
 5. ``w = s[idx]`` (NaN → 0), renormalised ``w / (Σw + eps)`` (sigmoid always, softmax iff renorm=1),
    times routed_scaling_factor once; y rounded to x's dtype.
 
@@ -198,10 +199,10 @@ def moe_gating_top_k_config(x: torch.Tensor, k: int, *, bias: torch.Tensor | Non
     key = backend_key or _backend_key(dev)
     if config:
         grid, kw = _make_launch(T, E, k, k_group, group_count, group_select_mode, renorm, norm_type,
-                                bias is not None, key, config)
+                                bias is not None, key, config, x.element_size())
     else:
         grid, kw = _cached_launch(T, E, k, k_group, group_count, group_select_mode, renorm, norm_type,
-                                  bias is not None, key)
+                                  bias is not None, key, x.element_size())
     _moe_gating_kernel[grid](
         x, bias if bias is not None else x, y, idx, norm_out, T, x.stride(0),
         float(routed_scaling_factor), float(eps), **kw)
@@ -209,8 +210,9 @@ def moe_gating_top_k_config(x: torch.Tensor, k: int, *, bias: torch.Tensor | Non
 
 
 def _make_launch(T: int, E: int, k: int, k_group: int, group_count: int, group_select_mode: int, renorm: int,
-                 norm_type: int, has_bias: bool, key: str, config: dict | None) -> tuple[tuple, dict]:
-    """(grid, constexprs + num_warps) of the launch: from shapes, the integer options and the config only."""
+                 norm_type: int, has_bias: bool, key: str, config: dict | None, x_bytes: int = 4) -> tuple[tuple, dict]:
+    """(grid, constexprs + num_warps) of the launch: from shapes, the integer options, the logits' element size
+    ``x_bytes`` and the config only. Config ``packed``: true / false, or "16bit" (only for 2-byte logits)."""
     G = group_count
     GS = E // G
     g_pad, gs_pad = _np2(G), _np2(GS)
@@ -225,17 +227,21 @@ def _make_launch(T: int, E: int, k: int, k_group: int, group_count: int, group_s
     kw = dict(E=E, G=G, GS=GS, G_PAD=g_pad, GS_PAD=gs_pad, K=k, K_PAD=_np2(k), KG=k_group if G > 1 else 1,
               GROUP_MODE=group_select_mode, SIGMOID=norm_type == 1, RENORM=(norm_type == 1 or renorm == 1),
               HAS_BIAS=has_bias, BLOCK_T=block_t, num_warps=int(cfg["num_warps"]))
-    if cfg.get("packed", False):
+    packed = cfg.get("packed", False)
+    if packed not in (True, False, "16bit"):
+        raise ValueError(f"moe_gating config packed must be true, false or \"16bit\", got {packed!r}")
+    if packed is True or (packed == "16bit" and x_bytes == 2):
         kw["PACKED"] = True
     return (grid,), kw
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
 def _cached_launch(T: int, E: int, k: int, k_group: int, group_count: int, group_select_mode: int, renorm: int,
-                   norm_type: int, has_bias: bool, key: str) -> tuple[tuple, dict]:
+                   norm_type: int, has_bias: bool, key: str, x_bytes: int = 4) -> tuple[tuple, dict]:
     """:func:`_make_launch` for the config table ``key``, memoised on every argument (shared: the dict is only
     unpacked into the launch)."""
-    return _make_launch(T, E, k, k_group, group_count, group_select_mode, renorm, norm_type, has_bias, key, None)
+    return _make_launch(T, E, k, k_group, group_count, group_select_mode, renorm, norm_type, has_bias, key, None,
+                        x_bytes)
 
 
 def ascend_compile_cases() -> list[dict]:
@@ -266,7 +272,8 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                            "BLOCK_T": "constexpr", "PACKED": "constexpr"},
                 constexprs=dict(E=E, G=G, GS=gs, G_PAD=g_pad, GS_PAD=gs_pad, K=K, K_PAD=_np2(K),
                                 KG=KG if G > 1 else 1, GROUP_MODE=mode, SIGMOID=sig, RENORM=renorm, HAS_BIAS=True,
-                                BLOCK_T=block_t, PACKED=bool(cfg.get("packed", False))),
+                                BLOCK_T=block_t, PACKED=cfg.get("packed", False) is True or (
+                                    cfg.get("packed") == "16bit" and dt != "*fp32")),
                 num_warps=int(cfg["num_warps"])))
     return cases
 

@@ -258,6 +258,11 @@ round52)  # session 8: the final tree after the review fixes (host-side checks, 
 round53)  # session 8: moe_gating_top_k with the packed selection key (one int64 max per round) vs the table; quant/gating correctness with it
   step gating_ab 120 python3 perf/bench_gating_ab.py --out "$OUT/gating_ab.md"
   ;;
+round54)  # session 8: packed gating selection for 2-byte logits as the cuda default: A/B again, report rows, quant/gating correctness
+  step gating_ab 120 python3 perf/bench_gating_ab.py --out "$OUT/gating_ab.md"
+  step perf_gating 120 python3 -m perf --device cuda --ops moe_gating_top_k --no-layer --no-dispatch --out "$OUT/perf_gating"
+  step check_quant_gating 150 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
