@@ -272,14 +272,8 @@ class DeepseekV3DecodeLayer:
 
     def forward(self, x: torch.Tensor, cache: PagedCache) -> torch.Tensor:
         cfg, w, a = self.cfg, self.w, self.w.attn
-        if self.layer_idx >= len(cache.kv):
-            raise ValueError(f"layer_idx {self.layer_idx} has no cache: the PagedCache holds {len(cache.kv)} layers")
-        if x.dim() == 3 and cache.batch == 0 and x.shape[0] > 0:
-            raise ValueError("the cache has no requests: call cache.allocate(batch, max_tokens) first")
-        if x.dim() != 3 or x.shape[0] != cache.batch or x.shape[2] != cfg.hidden_size:
-            raise ValueError(f"x must be [B={cache.batch}, S_q, {cfg.hidden_size}], got {list(x.shape)}")
-        if not 1 <= x.shape[1] <= MAX_S_Q:      # ds::amla's range; checked before mla_prolog writes the cache
-            raise ValueError(f"x: S_q (dim 1) must be in [1, {MAX_S_Q}] (ds::amla), got {x.shape[1]}")
+        _check_layer_cache(self.layer_idx, cache)
+        _check_input(x, cache, cfg.hidden_size)      # before mla_prolog writes the cache
         B, S, He = x.shape
         T, N, Hckv, Dr, V = B * S, cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.v_head_dim
         x = x.to(torch.bfloat16)
@@ -370,6 +364,11 @@ def decode_step(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache:
     outside ds::amla's [1, 16] or a layer has no cache, RuntimeError if a request would outgrow its cache pages;
     all before any cache row is written."""
     _check_steps(layers, x, cache, x.shape[1])
+    return _run_steps(layers, x, cache)
+
+
+def _run_steps(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: PagedCache) -> list[torch.Tensor]:
+    """:func:`decode_step` after its checks: the layers in turn, then the cache advanced by S_q."""
     outs = []
     for layer in layers:
         x = layer(x, cache)
@@ -378,20 +377,28 @@ def decode_step(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache:
     return outs
 
 
+def _check_layer_cache(layer_idx: int, cache: PagedCache) -> None:
+    if layer_idx >= len(cache.kv):
+        raise ValueError(f"layer_idx {layer_idx} has no cache: the PagedCache holds {len(cache.kv)} layers")
+
+
+def _check_input(x: torch.Tensor, cache: PagedCache, hidden: int | None) -> None:
+    """x against the cache: requests allocated, [cache.batch, S_q, hidden] (hidden None: not checked), S_q in
+    ds::amla's [1, 16]. Raises ValueError naming what is wrong."""
+    if x.dim() == 3 and cache.batch == 0 and x.shape[0] > 0:
+        raise ValueError("the cache has no requests: call cache.allocate(batch, max_tokens) first")
+    if hidden is not None and (x.dim() != 3 or x.shape[0] != cache.batch or x.shape[2] != hidden):
+        raise ValueError(f"x must be [B={cache.batch}, S_q, {hidden}], got {list(x.shape)}")
+    if not 1 <= x.shape[1] <= MAX_S_Q:
+        raise ValueError(f"x: S_q (dim 1) must be in [1, {MAX_S_Q}] (ds::amla), got {x.shape[1]}")
+
+
 def _check_steps(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: PagedCache, tokens: int) -> None:
     """The errors a layer would raise part-way, raised before any cache row is written: a layer without a cache,
     x's shape or S_q (ds::amla's [1, 16]), and ``tokens`` more tokens not fitting every request's pages."""
     for layer in layers:
-        if layer.layer_idx >= len(cache.kv):
-            raise ValueError(f"layer_idx {layer.layer_idx} has no cache: the PagedCache holds {len(cache.kv)} layers")
-    if x.dim() == 3 and cache.batch == 0 and x.shape[0] > 0:
-        raise ValueError("the cache has no requests: call cache.allocate(batch, max_tokens) first")
-    if layers:
-        hidden = layers[0].cfg.hidden_size
-        if x.dim() != 3 or x.shape[0] != cache.batch or x.shape[2] != hidden:
-            raise ValueError(f"x must be [B={cache.batch}, S_q, {hidden}], got {list(x.shape)}")
-    if not 1 <= x.shape[1] <= MAX_S_Q:
-        raise ValueError(f"x: S_q (dim 1) must be in [1, {MAX_S_Q}] (ds::amla), got {x.shape[1]}")
+        _check_layer_cache(layer.layer_idx, cache)
+    _check_input(x, cache, layers[0].cfg.hidden_size if layers else None)
     capacity = cache.block_table.shape[1] * cache.block_size
     if cache.batch and int(cache.seq_lens.max()) + tokens > capacity:
         raise RuntimeError(f"a request outgrows its {cache.block_table.shape[1]} pages: {int(cache.seq_lens.max())} "
@@ -411,6 +418,6 @@ def prefill(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: Pag
         return [x.new_empty(x.shape, dtype=torch.bfloat16) for _ in layers]
     _check_steps(layers, x[:, :min(chunk, x.shape[1])], cache, x.shape[1])   # the whole prompt, before chunk 1
     pieces: list[list[torch.Tensor]] = []
-    for s in range(0, x.shape[1], chunk):
-        pieces.append(decode_step(layers, x[:, s:s + chunk], cache))
+    for s in range(0, x.shape[1], chunk):     # every chunk is covered by the check above (no host sync per chunk)
+        pieces.append(_run_steps(layers, x[:, s:s + chunk], cache))
     return [torch.cat([p[i] for p in pieces], dim=1) for i in range(len(layers))]
