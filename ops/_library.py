@@ -21,6 +21,8 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
+import math
+import numbers
 import os
 import sys
 import threading
@@ -147,6 +149,17 @@ def check_tensor(name: str, t: Any, *, dtypes: Sequence[torch.dtype] | None = No
             raise ValueError(f"{name} must have shape {want}{why}, got {list(t.shape)}")
     if device is not None and t.device != device:
         raise ValueError(f"{name} must be on {device}, got {t.device}")
+
+
+def check_nonneg_float(name: str, v: Any) -> None:
+    """Raise TypeError unless ``v`` is a real number (bools refused; numpy scalars accepted), ValueError unless it
+    is finite and >= 0. A SymFloat (torch.compile tracing) is not checked: its value is not known here."""
+    if isinstance(v, torch.SymFloat):
+        return
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name} must be a real number (a float), got {type(v).__name__} {v!r}")
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite float >= 0, got {v!r}")
 
 
 # ----------------------------------------------------------------------------------------------

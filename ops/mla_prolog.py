@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import numbers
 
 import torch
 
@@ -18,7 +17,7 @@ from reference.deepseek import rope_sin_cos
 
 from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 
-from ._library import DsOp, Kernel, OpSpec, check_tensor, checks_enabled
+from ._library import DsOp, Kernel, OpSpec, check_nonneg_float, check_tensor, checks_enabled
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 F32 = (torch.float32,)
@@ -84,13 +83,8 @@ def _check_static(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rm
     check_tensor("kv_cache", kv_cache, shape=(nb, bs, 1, Hckv))
     check_tensor("kr_cache", kr_cache, shape=(nb, bs, 1, Dr))
     check_tensor("cache_index", cache_index, dtypes=(torch.int64,), shape=lead)
-    for name, v in (("rmsnorm_epsilon_cq", rmsnorm_epsilon_cq), ("rmsnorm_epsilon_ckv", rmsnorm_epsilon_ckv)):
-        if isinstance(v, torch.SymFloat):      # traced by torch.compile: its value is not known here
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise TypeError(f"{name} must be a real number (a float), got {type(v).__name__} {v!r}")
-        if not (math.isfinite(v) and v >= 0):
-            raise ValueError(f"{name} must be a finite float >= 0, got {v!r}")
+    check_nonneg_float("rmsnorm_epsilon_cq", rmsnorm_epsilon_cq)
+    check_nonneg_float("rmsnorm_epsilon_ckv", rmsnorm_epsilon_ckv)
     dev = token_x.device
     for name, t in (("weight_dq", weight_dq), ("weight_uq_qr", weight_uq_qr), ("weight_uk", weight_uk),
                     ("weight_dkv_kr", weight_dkv_kr), ("rmsnorm_gamma_cq", rmsnorm_gamma_cq),

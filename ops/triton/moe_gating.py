@@ -227,12 +227,18 @@ def _make_launch(T: int, E: int, k: int, k_group: int, group_count: int, group_s
     kw = dict(E=E, G=G, GS=GS, G_PAD=g_pad, GS_PAD=gs_pad, K=k, K_PAD=_np2(k), KG=k_group if G > 1 else 1,
               GROUP_MODE=group_select_mode, SIGMOID=norm_type == 1, RENORM=(norm_type == 1 or renorm == 1),
               HAS_BIAS=has_bias, BLOCK_T=block_t, num_warps=int(cfg["num_warps"]))
+    if _packed(cfg, x_bytes):
+        kw["PACKED"] = True
+    return (grid,), kw
+
+
+def _packed(cfg: dict, x_bytes: int) -> bool:
+    """Whether the config's ``packed`` (true / false / "16bit": 2-byte logits only) applies to logits of
+    ``x_bytes`` bytes. Raises ValueError for another value."""
     packed = cfg.get("packed", False)
     if packed not in (True, False, "16bit"):
         raise ValueError(f"moe_gating config packed must be true, false or \"16bit\", got {packed!r}")
-    if packed is True or (packed == "16bit" and x_bytes == 2):
-        kw["PACKED"] = True
-    return (grid,), kw
+    return packed is True or (packed == "16bit" and x_bytes == 2)
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
@@ -272,8 +278,7 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                            "BLOCK_T": "constexpr", "PACKED": "constexpr"},
                 constexprs=dict(E=E, G=G, GS=gs, G_PAD=g_pad, GS_PAD=gs_pad, K=K, K_PAD=_np2(K),
                                 KG=KG if G > 1 else 1, GROUP_MODE=mode, SIGMOID=sig, RENORM=renorm, HAS_BIAS=True,
-                                BLOCK_T=block_t, PACKED=cfg.get("packed", False) is True or (
-                                    cfg.get("packed") == "16bit" and dt != "*fp32")),
+                                BLOCK_T=block_t, PACKED=_packed(cfg, 4 if dt == "*fp32" else 2)),
                 num_warps=int(cfg["num_warps"])))
     return cases
 
