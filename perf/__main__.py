@@ -701,11 +701,13 @@ def setup(args: argparse.Namespace, argv: Sequence[str] | None, *, extra_ops: Se
 
 def run_plan(runner: Runner, plan: list, t_start: float, budget: float | None) -> None:
     dev = runner.dev
+    over = False
     with _Progress(len(plan), t_start) as prog:
         for e, c in plan:
             if budget is not None and time.perf_counter() - t_start > budget:
-                if not any(n.startswith("time budget of") for n in runner.notes):
+                if not over:
                     runner.note(f"time budget of {budget:.0f} s reached: skipped {e.name} {c.name} and later cases")
+                    over = True
                 prog.advance()
                 continue
             runner.run_case(e, c, progress=prog.describe)
