@@ -1114,6 +1114,8 @@ def test_mma_variant_config_errors_and_removed_switches(gen):
     x, w, ws, xs, _ = _qmm_inputs(2, 64, 16, gen)
     with pytest.raises(ValueError, match="mma must be one of"):
         T.quant_matmul_config(x, w, ws, xs, config=_variant("wgmma", 16, 16, 64), backend_key="cuda")
+    with pytest.raises(ValueError, match="mma must be one of.*'wgmma'"):   # the plan refuses it too (session 9)
+        T.plan_quant_matmul(2, 16, 64, torch.device("cpu"), _variant("wgmma", 16, 16, 64), backend_key="cuda")
     assert "gemv" not in T._MMA_MODES and set(T._MMA_MODES) == {"dot", "swap"}
     removed = [(dict(_variant("gemv", 1, 16, 64)), "mma 'gemv' was removed"),
                (dict(_variant("dot", 16, 16, 64, split=2), reduce_unroll=4), "'reduce_unroll' was removed"),

@@ -886,14 +886,16 @@ _REMOVED_KEYS = {
 _REMOVED_MMA = {"gemv": "round 5's GEMV mode is superseded by mma 'gemv_stream' (docs/perf/quant_sweep7.md)"}
 
 
-def _check_removed(b: dict) -> None:
-    """Raise ValueError for a quant_matmul bucket / config that names a removed switch."""
+def _check_bucket(b: dict) -> None:
+    """Raise ValueError for a quant_matmul bucket / config that names a removed switch or an unknown mma."""
     for k, why in _REMOVED_KEYS.items():
         if k in b:
             raise ValueError(f"config key {k!r} was removed from quant_matmul: {why}")
     mma = b.get("mma", "dot")
     if mma in _REMOVED_MMA:
         raise ValueError(f"config mma {mma!r} was removed from quant_matmul: {_REMOVED_MMA[mma]}")
+    if mma not in _MMA_MODES and mma != _GEMV_STREAM:
+        raise ValueError(f"config mma must be one of {sorted(_MMA_MODES) + [_GEMV_STREAM]}, got {mma!r}")
 
 _COUNTERS: dict = {}
 _CNT_REGION = 1024   # counters per stream region (≥ the tiles of any split-K launch; more → a fresh buffer)
@@ -984,9 +986,9 @@ def plan_quant_matmul(M: int, N: int, K: int, device: torch.device, config: dict
     Returns a new dict: the bucket's keys plus SPLIT_K and K_PER_SPLIT (a multiple of BLOCK_K); plans from the
     table (``config`` None) are memoised.
     Raises ValueError if the bucket (``config`` or the table's) names a removed key ("dynamic", "reduce_unroll",
-    "stagger") or the removed mma "gemv"; KeyError for a backend_key that is not a table or a ``config``
-    missing BLOCK_M / BLOCK_N / BLOCK_K. An unknown mma and "gemv_stream" with M > 4 are not checked here:
-    :func:`quant_matmul_config` raises those at launch."""
+    "stagger"), the removed mma "gemv" or an mma that is not "dot" / "swap" / "gemv_stream"; KeyError for a
+    backend_key that is not a table or a ``config`` missing BLOCK_M / BLOCK_N / BLOCK_K. "gemv_stream" with M > 4
+    is not checked here (a plan is shape-only): :func:`quant_matmul_config` raises it at launch."""
     key = backend_key or _backend_key(device)
     if config is not None:
         return _make_qmm_plan(M, N, K, key, config, device)
@@ -1007,7 +1009,7 @@ def _make_qmm_plan(M: int, N: int, K: int, key: str, config: dict | None, device
                    target: int | None = None) -> dict:
     cfg = _all_configs()[key]["quant_matmul"]
     b = dict(config) if config is not None else dict(_bucket(M, cfg, N, K))
-    _check_removed(b)
+    _check_bucket(b)
     sk, k_per = _choose_split(M, N, K, b, cfg, device, target)
     b.update(SPLIT_K=sk, K_PER_SPLIT=k_per)
     return b
@@ -1059,8 +1061,8 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     Tensors, dtypes and result as :func:`quant_matmul` (x_int8 [M, K] int8, weight_int8 [K, N] int8, weight_scale
     [N] fp32, x_scale [M] fp32, bias [N] or None → out [M, N] out_dtype); inputs are not validated here.
     Raises ValueError if the bucket (``config`` or the table's) names a removed key ("dynamic", "reduce_unroll",
-    "stagger") or the removed mma "gemv" (:func:`plan_quant_matmul`), if its mma is not "dot" / "swap" /
-    "gemv_stream", or for mma "gemv_stream" with M > 4; KeyError for a backend_key that is not a table or a
+    "stagger"), the removed mma "gemv" or an mma that is not "dot" / "swap" / "gemv_stream"
+    (:func:`plan_quant_matmul`), or for mma "gemv_stream" with M > 4; KeyError for a backend_key that is not a table or a
     ``config`` missing a tile key. M = 0, N = 0 or K = 0 return before the plan is made, so nothing is raised then.
     """
     M, K = x_int8.shape
@@ -1084,8 +1086,6 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     mma = plan.get("mma", "dot")
     if mma == _GEMV_STREAM:
         return _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, plan, cfg, dev)
-    if mma not in _MMA_MODES:
-        raise ValueError(f"config mma must be one of {sorted(_MMA_MODES) + [_GEMV_STREAM]}, got {mma!r}")
     tiles = _cdiv(M, bm) * _cdiv(N, bn)
     grid = _grid(tiles * sk, int(cfg.get("grid_cap", 0)))
     has_bias = bias is not None
