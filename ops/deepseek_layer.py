@@ -361,7 +361,7 @@ def decode_step(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache:
     """Run ``x`` [B, S_q, He] (hidden states, any float dtype; cast to bf16) through ``layers`` (each layer's
     output feeds the next), then advance the cache by S_q. Returns every layer's output [B, S_q, He] bf16 (the
     last one is the stack's output). Raises ValueError if x is not [cache.batch, S_q, hidden_size] or S_q is
-    outside ds::amla's [1, 16] or a layer has no cache, RuntimeError if a request would outgrow its cache pages;
+    outside ds::amla's [1, 16], ``layers`` is empty or a layer has no cache, RuntimeError if a request would outgrow its cache pages;
     all before any cache row is written."""
     _check_steps(layers, x, cache, x.shape[1])
     return _run_steps(layers, x, cache)
@@ -395,7 +395,11 @@ def _check_input(x: torch.Tensor, cache: PagedCache, hidden: int | None) -> None
 
 def _check_steps(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: PagedCache, tokens: int) -> None:
     """The errors a layer would raise part-way, raised before any cache row is written: a layer without a cache,
-    x's shape or S_q (ds::amla's [1, 16]), and ``tokens`` more tokens not fitting every request's pages."""
+    x's shape or S_q (ds::amla's [1, 16]), and ``tokens`` more tokens not fitting every request's pages; an empty
+    ``layers`` (the cache would advance with nothing written: the next step would read unwritten slots)."""
+    if len(layers) == 0:
+        raise ValueError("layers is empty: pass at least one DeepseekV3DecodeLayer (the cache would advance with "
+                         "no key written)")
     for layer in layers:
         _check_layer_cache(layer.layer_idx, cache)
     _check_input(x, cache, layers[0].cfg.hidden_size if layers else None)
@@ -409,11 +413,13 @@ def prefill(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: Pag
             chunk: int = 4) -> list[torch.Tensor]:
     """Prefill a prompt x [B, P, He] in causal chunks of ≤ ``chunk`` query tokens through the decode path
     (``ds::amla`` takes S_q ≤ 16, ``ops.amla.MAX_S_Q``); x: any float dtype, cast to bf16. Returns every
-    layer's output [B, P, He] bf16 (P = 0: empty outputs, the cache unchanged). Raises ValueError for chunk ≤ 0,
-    plus :func:`decode_step`'s errors, all before the first chunk runs (a prompt that does not fit is refused
-    whole)."""
-    if chunk <= 0:
-        raise ValueError(f"chunk must be > 0, got {chunk}")
+    layer's output [B, P, He] bf16 (P = 0: empty outputs, the cache unchanged). Raises TypeError for a chunk
+    that is not an int, ValueError for a chunk outside [1, 16] or an empty ``layers``, plus :func:`decode_step`'s
+    errors, all before the first chunk runs (a prompt that does not fit is refused whole)."""
+    if isinstance(chunk, bool) or not isinstance(chunk, int):
+        raise TypeError(f"chunk must be an int, got {type(chunk).__name__} {chunk!r}")
+    if not 1 <= chunk <= MAX_S_Q:
+        raise ValueError(f"chunk must be in [1, {MAX_S_Q}] (query tokens per step: ds::amla's S_q), got {chunk}")
     if x.shape[1] == 0:     # an empty prompt: nothing to run, nothing cached
         return [x.new_empty(x.shape, dtype=torch.bfloat16) for _ in layers]
     _check_steps(layers, x[:, :min(chunk, x.shape[1])], cache, x.shape[1])   # the whole prompt, before chunk 1

@@ -45,7 +45,10 @@ from reference import quant as _qref
 
 __all__ = ["LayerConfig", "Linear", "MLPWeights", "MoEWeights", "AttentionWeights", "LayerWeights",
            "load_layer_weights", "fp8_block_dequant", "quantize_per_channel", "smooth_factors", "weight_absmax",
-           "collect_calibration", "layer_state_dict"]
+           "collect_calibration", "layer_state_dict", "CALIBRATION_KEYS"]
+
+# the activations SmoothQuant calibrates (keys of load_layer_weights' ``calibration``, from collect_calibration)
+CALIBRATION_KEYS = ("attn_in", "cq", "o_in", "mlp_in", "down_in", "shared_down_in")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,7 +227,7 @@ def fp8_block_dequant(weight: torch.Tensor, scale_inv: torch.Tensor, block: int 
     weight: [out, in] or [E, out, in] (transformers-5 fused experts) float8_e4m3fn (any float dtype
     accepted); scale_inv: fp32 [..., ceil(out/block), ceil(in/block)]. Returns fp32 (one rounding, of the
     fp32 product; the loader rounds to bf16 once more). Raises ValueError on a scale grid that does not
-    cover the weight. Source: DeepSeek-V3 ``inference/kernel.py::weight_dequant``; 2-D case is
+    cover the weight or block < 1, TypeError for a block that is not an int. Source: DeepSeek-V3 ``inference/kernel.py::weight_dequant``; 2-D case is
     :func:`reference.quant.fp8_block_dequant`.
     """
     if weight.dim() == 3:
@@ -333,9 +336,12 @@ def load_layer_weights(state_dict: Mapping[str, torch.Tensor], layer_idx: int, c
         inputs of the quantised matmuls, keys as produced by :func:`collect_calibration`:
         ``"attn_in"`` [He] (input RmsNorm output), ``"cq"`` [Hcq] (q_a_layernorm output), ``"o_in"`` [N·V],
         ``"mlp_in"`` [He] (post-attention RmsNorm output), ``"down_in"`` [I] (dense MLP), ``"shared_down_in"``
-        [I_shared]; missing keys → no smoothing for that activation.
+        [I_shared]; missing keys → no smoothing for that activation (keys of the other layer type, e.g.
+        ``"down_in"`` for a MoE layer, are not used).
     alpha: SmoothQuant migration strength.
-    Raises KeyError naming a missing tensor, ValueError on shape mismatches or an unknown mode.
+    Raises KeyError naming a missing tensor; ValueError on shape mismatches (a weight, or a calibration entry
+    whose channel count is not its matmul's K), an unknown mode, a calibration key outside
+    :data:`CALIBRATION_KEYS`, or calibration given with mode "bf16".
     """
     if mode not in ("bf16", "a8w8"):
         raise ValueError(f"mode must be 'bf16' or 'a8w8', got {mode!r}")
@@ -344,6 +350,14 @@ def load_layer_weights(state_dict: Mapping[str, torch.Tensor], layer_idx: int, c
     if not sd:
         raise KeyError(f"no tensors named {prefix}{layer_idx}.* in the state dict")
     dev = torch.device(device) if device is not None else None
+    if calibration:
+        if mode != "a8w8":
+            raise ValueError(f"calibration applies to mode 'a8w8' only (SmoothQuant of the int8 matmuls), got mode "
+                             f"{mode!r} with keys {sorted(calibration)}")
+        unknown = sorted(set(calibration) - set(CALIBRATION_KEYS))
+        if unknown:
+            raise ValueError(f"calibration has unknown keys {unknown}; the keys are {list(CALIBRATION_KEYS)} "
+                             f"(as collect_calibration produces them)")
     calib = {k: (v.float().abs().reshape(-1, v.shape[-1]).amax(0) if v.dim() > 1 else v.float().abs())
              for k, v in (calibration or {}).items()}
     if dev is not None:     # calibration collected on another device (e.g. a CPU HF layer)
@@ -395,6 +409,10 @@ def load_layer_weights(state_dict: Mapping[str, torch.Tensor], layer_idx: int, c
     def smooth(key: str, *w_out_in: torch.Tensor) -> torch.Tensor | None:
         if mode != "a8w8" or key not in calib:
             return None
+        K = w_out_in[0].shape[1]
+        if calib[key].shape != (K,):
+            raise ValueError(f"calibration[{key!r}] must have {K} channels (the input width of the matmul it "
+                             f"smooths), got shape {list(calibration[key].shape)}")
         return smooth_factors(calib[key], weight_absmax(*(w.t() for w in w_out_in)), alpha)
 
     if mode == "bf16":

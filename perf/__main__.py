@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import json
 import math
 import os
 import shlex
@@ -117,6 +118,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             ap.error(f"--device takes cpu, cuda or npu (optionally with an index, cuda:1); got {args.device!r}")
         if dev.type == "cuda" and not torch.cuda.is_available():
             ap.error("--device cuda: this torch sees no CUDA device (torch.cuda.is_available() is False)")
+    for d in args.merge or ():   # every part must be a report (a directory with results.json, or the file itself)
+        path = os.path.join(d, "results.json") if os.path.isdir(d) else d
+        try:
+            with open(path) as f:
+                js = json.load(f)
+        except (OSError, ValueError) as e:
+            ap.error(f"--merge {d!r}: no readable results.json ({getattr(e, 'strerror', None) or e})")
+        if not isinstance(js, dict) or not isinstance(js.get("rows"), list):
+            ap.error(f"--merge {d!r}: {path} is not a perf report (no 'rows' list)")
     try:        # fail now, not after a long run, if the results cannot be written (repro_check passes os.devnull)
         if args.out != os.devnull:
             os.makedirs(args.out, exist_ok=True)
@@ -746,9 +756,13 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
     meta["elapsed_s"] = round(time.perf_counter() - t_start, 1)
     R.write_all(runner.rows, meta, layer, runner.notes, args.out)
     failed = [r for r in runner.rows if r.get("check") in ("FAIL", "ERROR")]
+    for r in failed:         # the reason, on the terminal too (the table shows only the label)
+        print(f"{r['check']}: {r['op']} {r['shape']} {r['backend']}: {r.get('check_detail') or '(no detail)'}",
+              file=sys.stderr)
     if not any(r.get("us_p50") is not None for r in runner.rows):
-        print("nothing was timed: no op / shape / backend matched, or the budget ran out first "
-              f"(outputs written to {args.out})", file=sys.stderr)
+        why = ("every case that ran failed or errored (reasons above)" if failed else
+               "no op / shape / backend matched, or the budget ran out first")
+        print(f"nothing was timed: {why} (outputs written to {args.out})", file=sys.stderr)
         return 2
     if args.repro_check:
         from .repro_check import repro_check

@@ -265,7 +265,12 @@ def fp8_block_dequant(w_fp8: torch.Tensor, weight_scale_inv: torch.Tensor, block
     out_dtype: bfloat16 (default, as DeepSeek's ``weight_dequant``) or float32.
 
     Returns Tensor[(out, in)], out_dtype: product computed in fp32, rounded once (RINT).
-    Raises ValueError when the scale grid does not match ``ceil(out/block) × ceil(in/block)``."""
+    Raises TypeError for a block that is not an int, ValueError for block < 1 or when the scale grid does not
+    match ``ceil(out/block) × ceil(in/block)``."""
+    if isinstance(block, bool) or not isinstance(block, int):
+        raise TypeError(f"block must be an int, got {type(block).__name__} {block!r}")
+    if block < 1:
+        raise ValueError(f"block must be ≥ 1, got {block}")
     if w_fp8.dim() != 2:
         raise ValueError(f"w_fp8 must be 2-D [out, in], got {tuple(w_fp8.shape)}")
     o, i = w_fp8.shape

@@ -341,7 +341,7 @@ def test_loader_fused_experts_equal_per_expert(setup, mode):
     cfg, a = setup["cfg"], setup["sd"]
     b = fused(a, cfg)
     assert "model.layers.1.mlp.experts.gate_up_proj" in b and "model.layers.1.mlp.experts.0.gate_proj.weight" in a
-    calib = {"mlp_in": torch.rand(cfg.hidden_size) + 0.1}
+    calib = {"mlp_in": torch.rand(cfg.hidden_size) + 0.1} if mode == "a8w8" else None
     assert_same_weights(load_layer_weights(a, MOE, cfg, mode=mode, calibration=calib),
                         load_layer_weights(b, MOE, cfg, mode=mode, calibration=calib))
 
@@ -462,6 +462,28 @@ def test_loader_moves_cpu_calibration_to_the_device(setup):
     assert w.attn.smooth_x is not None and w.attn.smooth_x.device.type == "meta"
 
 
+def test_loader_refuses_bad_calibration(setup):
+    """Session-9 review: a misspelt calibration key turned SmoothQuant off silently, calibration with mode "bf16"
+    was ignored, and a wrong channel count failed in smooth_factors without naming the key."""
+    cfg, sd = setup["cfg"], setup["sd"]
+    good = torch.rand(cfg.hidden_size) + 0.1
+    with pytest.raises(ValueError, match=r"unknown keys \['attn_input'\]"):
+        load_layer_weights(sd, DENSE, cfg, mode="a8w8", calibration={"attn_input": good})
+    with pytest.raises(ValueError, match="mode 'a8w8' only"):
+        load_layer_weights(sd, DENSE, cfg, mode="bf16", calibration={"attn_in": good})
+    with pytest.raises(ValueError, match=rf"calibration\['attn_in'\] must have {cfg.hidden_size} channels.*\[100\]"):
+        load_layer_weights(sd, DENSE, cfg, mode="a8w8", calibration={"attn_in": torch.rand(100)})
+    with pytest.raises(ValueError, match=rf"calibration\['cq'\] must have {cfg.q_lora_rank} channels"):
+        load_layer_weights(sd, DENSE, cfg, mode="a8w8", calibration={"cq": torch.rand(4, cfg.q_lora_rank + 1)})
+    w = load_layer_weights(sd, DENSE, cfg, mode="a8w8", calibration={"attn_in": torch.rand(4, cfg.hidden_size)})
+    assert w.attn.smooth_x is not None             # raw samples [M, K] are reduced to their absmax
+    from reference.quant import fp8_block_dequant
+    w8 = torch.randn(8, 8).to(torch.float8_e4m3fn)
+    for block, err in ((0, ValueError), (-128, ValueError), (2.0, TypeError)):   # 0 was a ZeroDivisionError
+        with pytest.raises(err, match="block must"):
+            fp8_block_dequant(w8, torch.ones(1, 1), block)
+
+
 def test_paged_cache_reallocate_and_bad_arguments():
     """Session-7 audit: a second allocate() lost the first allocation's pages (no way to free them); negative
     arguments consumed pages before failing; advance(-3) was accepted."""
@@ -578,7 +600,7 @@ def test_collect_calibration_with_no_shared_experts():
 
 
 def test_prefill_and_decode_refuse_before_writing_the_cache(setup):
-    """Adversarial finding (session 8): prefill with chunk 17 wrote layer 0's cache rows before amla refused S_q 17,
+    """Adversarial findings (sessions 8, 9): prefill with chunk 17 wrote layer 0's cache rows before amla refused S_q 17,
     and a prompt longer than the allocation failed after earlier chunks were committed (seq_lens advanced, outputs
     lost). Both, and a stack whose second layer has no cache, are now refused before any cache row is written."""
     from ops.deepseek_layer import decode_step, prefill
@@ -597,7 +619,12 @@ def test_prefill_and_decode_refuse_before_writing_the_cache(setup):
         return all(torch.equal(a, b) for a, b in zip(c.kv + c.kr, kv + kr)) and c.seq_lens.tolist() == [0]
 
     for call, err, msg in (
-            (lambda c: prefill(layers, torch.randn(1, 20, cfg.hidden_size), c, chunk=17), ValueError, r"S_q .* got 17"),
+            (lambda c: prefill(layers, torch.randn(1, 20, cfg.hidden_size), c, chunk=17), ValueError,
+             r"chunk must be in \[1, 16\].* got 17"),      # named as chunk, not as x's S_q (session 9 review)
+            (lambda c: prefill(layers, torch.randn(1, 4, cfg.hidden_size), c, chunk=2.0), TypeError, "chunk must be an int"),
+            # an empty stack advanced seq_lens with nothing written: the next step read NaN slots (session 9 review)
+            (lambda c: decode_step([], torch.randn(1, 2, cfg.hidden_size), c), ValueError, "layers is empty"),
+            (lambda c: prefill([], torch.randn(1, 3, cfg.hidden_size), c), ValueError, "layers is empty"),
             (lambda c: prefill(layers, torch.randn(1, 10, cfg.hidden_size), c, chunk=4), RuntimeError, "outgrows"),
             (lambda c: decode_step(layers, torch.randn(1, 9, cfg.hidden_size), c), RuntimeError, "outgrows")):
         c = fresh()

@@ -334,6 +334,37 @@ def test_cli_marks_a_wrong_backend_fail(tmp_path):
     assert "FAIL" in md
 
 
+def _raising_kernel(x, w, cache, *, index, scale=1.0):
+    raise RuntimeError("kernel exploded on purpose")
+
+
+def test_cli_prints_why_rows_errored(tmp_path, capsys):
+    """Session-9 new-user finding: an ERROR row's reason was only in summary.md, and with every case errored the last
+    line blamed an empty match. The reason is printed per row, and the closing line says what happened."""
+    e = fake_entry("perf_test_raise", kernel=_raising_kernel)
+    rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b1", "--backends", "triton", "--out",
+               str(tmp_path / "err"), "--quick", "--no-layer", "--no-dispatch"], extra_ops=[e])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "ERROR: perf_test_raise decode_b1 triton: RuntimeError: kernel exploded on purpose" in err
+    assert "every case that ran failed or errored" in err and "no op / shape / backend matched" not in err
+
+
+def test_cli_merge_refuses_what_is_not_a_report(tmp_path, capsys):
+    """Session-9 new-user finding: --merge with a missing directory, a directory without results.json or a JSON
+    without rows gave a traceback; now a usage error naming the argument."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    norows = tmp_path / "norows"
+    norows.mkdir()
+    (norows / "results.json").write_text('{"meta": {}}')
+    for d, msg in ((tmp_path / "missing", "no readable results.json"), (empty, "no readable results.json"),
+                   (norows, "is not a perf report")):
+        with pytest.raises(SystemExit):
+            main(["--merge", str(d), "--out", str(tmp_path / "m")])
+        assert f"--merge {str(d)!r}: " in (e := capsys.readouterr().err) and msg in e, e
+
+
 def test_cli_skips_unavailable_backend_with_reason(tmp_path):
     e = fake_entry()
     out = str(tmp_path / "skip")
