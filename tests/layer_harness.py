@@ -117,9 +117,14 @@ def route(logits: torch.Tensor, bias: torch.Tensor, cfg) -> tuple[torch.Tensor, 
     gs = g.sort(-1, descending=True).values
     keep = torch.zeros(T, G, dtype=torch.bool).scatter_(1, g.topk(kg, -1).indices, True)
     bm = b.masked_fill(~keep.repeat_interleave(E // G, 1), float("-inf"))
-    top = bm.topk(k + 1, -1)
+    top = bm.topk(min(k + 1, E), -1)
     ids = top.indices[:, :k].sort(-1).values
-    margin = torch.minimum(gs[:, kg - 1] - gs[:, kg], top.values[:, k - 1] - top.values[:, k])
+    inf = torch.full((T,), float("inf"))
+    # no cut (every group kept, or exactly k experts left): an infinite margin, not an index past the end
+    g_gap = gs[:, kg - 1] - gs[:, kg] if kg < G else inf
+    e_gap = top.values[:, k - 1] - top.values[:, k] if top.values.shape[1] > k else inf
+    e_gap = torch.where(torch.isnan(e_gap), inf, e_gap)     # −inf − (−inf): k = the kept experts exactly
+    margin = torch.minimum(g_gap, e_gap)
     w = s.gather(1, ids)
     w = w / (w.sum(-1, keepdim=True) + 1e-20) * cfg.routed_scaling_factor
     return ids, w, margin
