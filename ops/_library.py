@@ -50,7 +50,8 @@ def _validate_backend(name: str) -> str:
 
 
 def current_backend() -> str:
-    """The backend in force: the innermost :func:`backend` context, else ``$DS_OPS_BACKEND``, else ``auto``."""
+    """The backend in force: the innermost :func:`backend` context, else ``$DS_OPS_BACKEND``, else ``auto``.
+    Raises ValueError if ``$DS_OPS_BACKEND`` is not one of :data:`BACKENDS`."""
     stack = getattr(_local, "stack", None)
     if stack:
         return stack[-1]
@@ -62,7 +63,9 @@ def current_backend() -> str:
 
 @contextlib.contextmanager
 def backend(name: str) -> Iterator[None]:
-    """Force a backend for the ``ds`` ops called inside the block (thread-local).
+    """Force a backend for the ``ds`` ops called inside the block (thread-local). name: one of :data:`BACKENDS`
+    ("auto", "reference", "triton", "ascendc"). Raises ValueError for any other name (on entering the block).
+    Inside it, an op whose forced backend cannot take its inputs raises ``ops.BackendUnavailable`` with the reason.
 
     >>> import ops
     >>> with ops.backend("reference"):
@@ -151,15 +154,23 @@ def check_tensor(name: str, t: Any, *, dtypes: Sequence[torch.dtype] | None = No
         raise ValueError(f"{name} must be on {device}, got {t.device}")
 
 
-def check_nonneg_float(name: str, v: Any) -> None:
+def check_finite_float(name: str, v: Any, *, nonneg: bool = False) -> None:
     """Raise TypeError unless ``v`` is a real number (bools refused; numpy scalars accepted), ValueError unless it
-    is finite and >= 0. A SymFloat (torch.compile tracing) is not checked: its value is not known here."""
+    is finite (and >= 0 with ``nonneg``). A SymFloat (torch.compile tracing) is not checked: its value is not
+    known here. The one scalar check of every op (softmax_scale, epsilons, routed_scaling_factor, eps)."""
     if isinstance(v, torch.SymFloat):
         return
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TypeError(f"{name} must be a real number (a float), got {type(v).__name__} {v!r}")
-    if not (math.isfinite(v) and v >= 0):
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v!r}")
+    if nonneg and not v >= 0:
         raise ValueError(f"{name} must be a finite float >= 0, got {v!r}")
+
+
+def check_nonneg_float(name: str, v: Any) -> None:
+    """:func:`check_finite_float` with ``nonneg``: a finite real >= 0 (epsilons)."""
+    check_finite_float(name, v, nonneg=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -266,7 +277,8 @@ class DsOp:
                         f"dispatched to a kernel or the reference (see ops/_library.py).\n\n"
                         f"Raises (this op): TypeError / ValueError naming the argument and the bad value, from the "
                         f"argument checks ({where}), before anything runs or is written; ops.BackendUnavailable "
-                        f"when a backend forced with ops.backend(...) cannot take these inputs. The Raises of the "
+                        f"when a backend forced with ops.backend(...) cannot take these inputs; ValueError if DS_OPS_BACKEND is "
+                        f"not a backend name. The Raises of the "
                         f"reference below are those of the reference function called directly.\n\n"
                         f"Semantics, from {reference.__module__}.{reference.__name__}:\n\n"
                         f"{inspect.cleandoc(reference.__doc__ or '')}")
@@ -290,6 +302,8 @@ class DsOp:
             torch.library.impl(qualname, key, lib=_LIB)(self._make_device_impl(dev, sig))
         torch.library.register_fake(qualname, fake, lib=_LIB)
         self.op = getattr(torch.ops.ds, name)
+        # help(torch.ops.ds.<op>) — the surface engines call — shows the same text (it was empty)
+        self.op.__doc__ = self.op.default.__doc__ = self.__doc__
         if flop_formula is not None:
             from torch.utils.flop_counter import register_flop_formula
             register_flop_formula(self.op, get_raw=True)(flop_formula)

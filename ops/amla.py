@@ -11,15 +11,13 @@ out [B,S_q,N,Dc] (q's dtype), lse [B,S_q,N] fp32 (natural log). DeepSeek-V3: Dc 
 from __future__ import annotations
 
 import inspect
-import math
-import numbers
 
 import torch
 
 from reference import amla as _ref
 from reference.deepseek import deepseek_softmax_scale
 
-from ._library import DsOp, Kernel, OpSpec, check_tensor, checks_enabled
+from ._library import DsOp, Kernel, OpSpec, check_finite_float, check_tensor, checks_enabled
 
 _DTYPES = (torch.bfloat16, torch.float16)
 MAX_S_Q = 16          # CANN FIA allows up to 16 query tokens per request (MTP / speculative decode)
@@ -46,10 +44,7 @@ def _check_static(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, sof
     check_tensor("block_table", block_table, dtypes=(torch.int32,), ndim=2, device=dev)
     check_tensor("block_table", block_table, shape=(B, None), why=" (B from q_nope)")
     check_tensor("seq_lens", seq_lens, dtypes=(torch.int32,), shape=(B,), device=dev, why=" (B from q_nope)")
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
-        raise TypeError(f"softmax_scale must be a float, got {type(softmax_scale).__name__} {softmax_scale!r}")
-    if not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale must be finite, got {softmax_scale!r}")
+    check_finite_float("softmax_scale", softmax_scale)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
     if not 1 <= S_q <= MAX_S_Q:

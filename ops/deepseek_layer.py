@@ -68,8 +68,9 @@ def yarn_inv_freq(cfg: LayerConfig) -> tuple[torch.Tensor, float]:
 
     Mirrors HF ``_compute_yarn_parameters`` (which DeepSeek's ``precompute_freqs_cis`` matches for
     max_seq_len > original_seq_len): extrapolated/interpolated frequencies blended by a linear ramp between
-    the beta_fast/beta_slow correction dims; attention_scaling = mscale(factor, mscale)/mscale(factor,
-    mscale_all_dim) multiplies cos and sin (1.0 for DeepSeek-V3). Dr = cfg.qk_rope_head_dim; no rope_scaling
+    the beta_fast/beta_slow correction dims; attention_scaling multiplies cos and sin: rope_scaling's
+    ``attention_factor`` if given, else mscale(factor, mscale)/mscale(factor, mscale_all_dim) when both are
+    non-zero (1.0 for DeepSeek-V3), else 0.1·ln(factor) + 1 (HF's fallback). Dr = cfg.qk_rope_head_dim; no rope_scaling
     (or rope_type "default") gives the plain ``rope_theta^(-2i/Dr)`` and 1.0.
     Raises NotImplementedError for a rope_type other than "default" / "yarn"; KeyError if a yarn
     rope_scaling lacks "factor" or "original_max_position_embeddings".
@@ -107,7 +108,9 @@ def yarn_inv_freq(cfg: LayerConfig) -> tuple[torch.Tensor, float]:
 
 
 def softmax_scale_of(cfg: LayerConfig) -> float:
-    """(D + Dr)^-0.5 · mscale(factor, mscale_all_dim)², HF ``yarn_apply_mscale`` (≈ 0.1352 for DeepSeek-V3)."""
+    """The softmax_scale of ``ds::amla`` for this config (HF ``DeepseekV3Attention``'s ``scaling``): (D + Dr)^-0.5,
+    times mscale(factor, mscale_all_dim)² only when rope_scaling is not default and has a non-zero
+    ``mscale_all_dim`` (≈ 0.1352 for DeepSeek-V3; 192^-0.5 ≈ 0.0722 without it)."""
     s = (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) ** -0.5
     rs = cfg.rope_scaling
     if rs and rs.get("rope_type", rs.get("type", "default")) != "default" and rs.get("mscale_all_dim"):
@@ -201,7 +204,7 @@ class DeepseekV3DecodeLayer:
     ``registered_ops``: call ``torch.ops.ds.*`` through the dispatcher instead of the eager fast path
     (same results; for checking the registration).
 
-    Call: ``layer(x, cache)`` with x [B, S_q, He] bf16 (the residual stream) and a :class:`PagedCache`
+    Call: ``layer(x, cache)`` with x [B, S_q, He] (the residual stream; any float dtype, cast to bf16) and a :class:`PagedCache`
     whose ``seq_lens`` count the tokens already cached; returns [B, S_q, He] bf16. The new tokens' latent
     KV is written into ``cache.kv[layer_idx]`` / ``cache.kr[layer_idx]``; ``seq_lens`` is not advanced
     (call ``cache.advance(S_q)`` after the last layer, or use :func:`decode_step`).
@@ -415,7 +418,8 @@ def prefill(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache: Pag
     (``ds::amla`` takes S_q ≤ 16, ``ops.amla.MAX_S_Q``); x: any float dtype, cast to bf16. Returns every
     layer's output [B, P, He] bf16 (P = 0: empty outputs, the cache unchanged). Raises TypeError for a chunk
     that is not an int, ValueError for a chunk outside [1, 16] or an empty ``layers``, plus :func:`decode_step`'s
-    errors, all before the first chunk runs (a prompt that does not fit is refused whole)."""
+    errors, all before the first chunk runs (a prompt that does not fit is refused whole). P = 0 returns at
+    once, one empty output per layer, after the chunk checks only."""
     if isinstance(chunk, bool) or not isinstance(chunk, int):
         raise TypeError(f"chunk must be an int, got {type(chunk).__name__} {chunk!r}")
     if not 1 <= chunk <= MAX_S_Q:

@@ -6,14 +6,12 @@ golden semantics; docs/ops/moe_gating.md explains them.
 """
 from __future__ import annotations
 
-import math
-import numbers
 
 import torch
 
 from reference import moe_gating as _ref
 
-from ._library import DsOp, Kernel, OpSpec, check_tensor
+from ._library import DsOp, Kernel, OpSpec, check_finite_float, check_tensor
 from .quant import _bind, _lazy_supports
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32)
@@ -50,13 +48,8 @@ def _check(x, k, *, bias=None, k_group=1, group_count=1, group_select_mode=0, re
         raise ValueError(f"norm_type must be 0 (softmax) or 1 (sigmoid), got {norm_type}")
     if not isinstance(out_flag, bool):
         raise TypeError(f"out_flag must be a bool, got {type(out_flag).__name__}")
-    for name, v in (("routed_scaling_factor", routed_scaling_factor), ("eps", eps)):
-        if isinstance(v, torch.SymFloat):  # symbolic under torch.compile: nothing to check without a guard
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-            raise ValueError(f"{name} must be a finite float, got {v!r}")
-    if not isinstance(eps, torch.SymFloat) and eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    check_finite_float("routed_scaling_factor", routed_scaling_factor)
+    check_finite_float("eps", eps, nonneg=True)
     if bias is not None:
         check_tensor("bias", bias, dtypes=tuple({torch.float32, x.dtype}), ndim=1)
         if bias.shape[0] != E:

@@ -97,7 +97,9 @@ class LayerConfig:
         Raises ValueError for ``q_lora_rank`` None, and NotImplementedError naming the field for a router or
         RoPE this layer does not implement: ``scoring_func`` other than "sigmoid", ``topk_method`` other than
         "noaux_tc" (DeepSeek-V2's softmax / greedy routers), a ``rope_type`` other than default or yarn.
-        Absent fields take DeepSeek-V3's values."""
+        Absent fields take DeepSeek-V3's values, except: ``q_lora_rank`` is required (ValueError when absent or
+        None); no ``rope_parameters`` / ``rope_scaling`` means plain RoPE (``rope_scaling`` None), not
+        DeepSeek-V3's YaRN; ``latent_norm_eps`` is not read (the checkpoints' kv/q latent norms use 1e-6)."""
         get = (lambda k, d=None: config.get(k, d)) if isinstance(config, Mapping) else (lambda k, d=None: getattr(config, k, d))
         for name, supported in (("scoring_func", "sigmoid"), ("topk_method", "noaux_tc")):
             v = get(name)
@@ -179,7 +181,8 @@ class AttentionWeights:
 
     weight_dq [He, Hcq], weight_uq_qr [Hcq, N·(D+Dr)] (per head [nope D ‖ rope Dr], rope interleaved),
     weight_uk [N, D, Hckv] bf16, weight_dkv_kr [He, Hckv+Dr] ([c_kv ‖ k_rope], rope interleaved),
-    gamma_cq [Hcq], gamma_ckv [Hckv], w_uv [N, Hckv, V] bf16, o_proj: Linear [N·V, He].
+    gamma_cq [Hcq], gamma_ckv [Hckv], w_uv [N, Hckv, V] bf16, o_proj: Linear [N·V, He]. The three prolog
+    weights (weight_dq, weight_uq_qr, weight_dkv_kr) are bf16 in mode "bf16";
     a8w8: the three prolog weights int8 with ``dequant_scale_w_*`` fp32 [cols]; ``smooth_x`` [He] is the
     SmoothQuant factor the input RmsNorm multiplies in before quantising token_x (folded into weight_dq and
     weight_dkv_kr rows); ``smooth_scales_cq`` [Hcq] multiplies RmsNorm(cq) before its quant (folded into
@@ -203,7 +206,11 @@ class AttentionWeights:
 
 @dataclasses.dataclass
 class LayerWeights:
-    """Everything one :class:`ops.deepseek_layer.DeepseekV3DecodeLayer` needs."""
+    """Everything one :class:`ops.deepseek_layer.DeepseekV3DecodeLayer` needs (built by :func:`load_layer_weights`).
+
+    mode "bf16" | "a8w8"; config; layer_idx; input_layernorm, post_attention_layernorm [He] bf16 (RmsNorm
+    weights); attn: :class:`AttentionWeights`; mlp: :class:`MoEWeights` (layer_idx ≥ first_k_dense_replace) or
+    :class:`MLPWeights`."""
 
     mode: str
     config: LayerConfig
@@ -227,8 +234,9 @@ def fp8_block_dequant(weight: torch.Tensor, scale_inv: torch.Tensor, block: int 
     weight: [out, in] or [E, out, in] (transformers-5 fused experts) float8_e4m3fn (any float dtype
     accepted); scale_inv: fp32 [..., ceil(out/block), ceil(in/block)]. Returns fp32 (one rounding, of the
     fp32 product; the loader rounds to bf16 once more). Raises ValueError on a scale grid that does not
-    cover the weight or block < 1, TypeError for a block that is not an int. Source: DeepSeek-V3 ``inference/kernel.py::weight_dequant``; 2-D case is
-    :func:`reference.quant.fp8_block_dequant`.
+    cover the weight, a weight that is not 2-D or 3-D, or block < 1; TypeError for a block that is not an int.
+    Source: DeepSeek-V3 ``inference/kernel.py::weight_dequant``. Unlike :func:`reference.quant.fp8_block_dequant`
+    (2-D only, bf16 by default, which this calls per matrix), it returns fp32 and takes [E, out, in].
     """
     if weight.dim() == 3:
         if scale_inv.dim() != 3 or scale_inv.shape[0] != weight.shape[0]:
@@ -241,7 +249,8 @@ def quantize_per_channel(w_kn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     """Symmetric per-output-channel int8 quantisation of a logical [K, N] weight
     (:func:`reference.quant.quantize_weight_per_channel`): (w_int8 [K, N] contiguous, scale fp32 [N]),
     ``scale = max_k |w[:, n]| / 127``, ``q = round_half_even(w / scale)`` in [−127, 127]. w_kn: any float
-    dtype (computed in fp32). Raises nothing of its own (an all-zero column gets scale 0 and q 0)."""
+    dtype (computed in fp32); an all-zero column gets scale 0 and q 0. Raises ValueError unless w_kn is 2-D
+    (from :func:`reference.quant.quantize_weight_per_channel`)."""
     return _qref.quantize_weight_per_channel(w_kn.float())
 
 
@@ -252,8 +261,9 @@ def smooth_factors(act_absmax: torch.Tensor, weight_absmax: torch.Tensor, alpha:
 
     act_absmax: [K] per-channel max |X| over calibration tokens; weight_absmax: [K] max |W[j, :]| over every
     weight (logical [K, N]) that reads this activation (see :func:`weight_absmax`; passing the row maxima
-    instead of the concatenated weights keeps 256 experts × [7168, 4096] out of memory). Raises nothing of its
-    own; mismatched K fails in torch's broadcasting.
+    instead of the concatenated weights keeps 256 experts × [7168, 4096] out of memory); alpha: the migration
+    strength in [0, 1]. Raises ValueError (from :func:`reference.quant.smoothquant_scales`) if the two differ in
+    K or alpha is outside [0, 1].
     """
     s = _qref.smoothquant_scales(act_absmax.float(), weight_absmax.float()[:, None], alpha)
     return (1.0 / s).float()
@@ -330,7 +340,9 @@ def load_layer_weights(state_dict: Mapping[str, torch.Tensor], layer_idx: int, c
 
     state_dict: any mapping name → tensor (a dict, or a lazy safetensors mapping); bf16/fp32 or FP8
         block-scaled (``*_scale_inv``) entries.
-    config: :class:`LayerConfig` or an HF ``DeepseekV3Config`` / DeepSeek config dict.
+    layer_idx: the decoder layer (≥ ``first_k_dense_replace``: a MoE layer, else a dense MLP).
+    config: :class:`LayerConfig` or an HF ``DeepseekV3Config`` / DeepSeek config dict (through
+        :meth:`LayerConfig.from_hf`, whose errors pass through).
     mode: ``"bf16"`` or ``"a8w8"``.
     calibration (a8w8 only, optional): per-channel activation absmax [K] (or raw samples [M, K]) at the
         inputs of the quantised matmuls, keys as produced by :func:`collect_calibration`:
@@ -339,7 +351,10 @@ def load_layer_weights(state_dict: Mapping[str, torch.Tensor], layer_idx: int, c
         [I_shared]; missing keys → no smoothing for that activation (keys of the other layer type, e.g.
         ``"down_in"`` for a MoE layer, are not used).
     alpha: SmoothQuant migration strength.
-    Raises KeyError naming a missing tensor; ValueError on shape mismatches (a weight, or a calibration entry
+    prefix: the state dict's layer prefix (``"model.layers."``); device: where the returned tensors live (None:
+        where the state dict's tensors are).
+    Raises KeyError naming a missing tensor; ValueError for an FP8 weight without its ``*_scale_inv``;
+    NotImplementedError / ValueError from :meth:`LayerConfig.from_hf`; ValueError on shape mismatches (a weight, or a calibration entry
     whose channel count is not its matmul's K), an unknown mode, a calibration key outside
     :data:`CALIBRATION_KEYS`, or calibration given with mode "bf16".
     """

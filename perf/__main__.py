@@ -728,7 +728,10 @@ def run_plan(runner: Runner, plan: list, t_start: float, budget: float | None) -
 
 
 def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = ()) -> int:
-    """Run the report; returns the exit status: 0, 1 if a check failed, 2 if nothing was timed."""
+    """Run the report (``python -m perf``). argv: the CLI arguments (None: sys.argv); extra_ops: OpEntry rows
+    besides the registered ops (tests). Returns the exit status: 0; 1 if a check failed; 2 if nothing was timed or
+    an --ops pattern matched no op; with --merge, :func:`perf.report.merge_reports`' status. Bad arguments exit
+    with argparse's usage error (SystemExit 2) before anything runs."""
     args = parse_args(argv)
     if args.merge:
         from .report import merge_reports

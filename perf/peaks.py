@@ -212,6 +212,8 @@ def slug(name: str) -> str:
 # ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Ceiling:
+    """A measured device ceiling: value in TFLOPS (bf16), TOPS (int8) or TB/s (copy) by kind; None with ``error``
+    when it could not be measured."""
     value: float | None          # TFLOPS / TOPS / TB/s
     method: str                  # what was run
     error: str | None = None

@@ -208,7 +208,8 @@ def merge_reports(dirs: Sequence[str], out: str) -> int:
     appears twice keeps the later run's numbers; rows are listed by op (first appearance), then in the order of
     the op's named shapes (``OpSpec.shapes``; unknown shapes after them), then by backend. Ceilings and provenance
     come from the first run (each run's command, time and ceilings are listed under ``meta.parts``); the layer view
-    from the first run that has one. Returns 1 if a merged row is FAIL/ERROR, else 0."""
+    from the first run that has one. Returns 1 if a merged row is FAIL/ERROR, else 0. Raises FileNotFoundError /
+    KeyError for a missing or malformed results.json (the CLI refuses those first, with a usage error)."""
     parts = [load_json(d) for d in dirs]
     rows: dict[tuple, dict] = {}
     notes: list[str] = []

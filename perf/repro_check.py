@@ -65,7 +65,14 @@ def rerun(row: dict, ceilings: dict | None = None, extra_ops: Sequence = ()) -> 
 
 def repro_check(path: str, *, n: int = 8, seed: int = 0, rows: Sequence[str] = (), out: str | None = None,
                 ceilings: dict | None = None, update: bool = True, extra_ops: Sequence = ()) -> list[dict]:
-    """Re-run rows of the report at ``path`` (results.json or its folder); see the module docstring."""
+    """Re-run rows of the report at ``path`` (results.json or its folder) in this process and compare their p50.
+
+    n, seed: how many timed rows to pick at random, and the seed; rows: "op/backend/shape" keys to re-run
+    instead; out: the text log (default: repro_check.txt next to the report); ceilings: the run's ceilings
+    (default: the report's); update: append the results to the report's meta and rewrite results.json and
+    summary.md; extra_ops: OpEntry rows that are not registered ops (tests). Returns one dict per re-run row
+    (op, backend, shape, report_p50 and rerun_p50 in µs, delta_pct, tol_pct, within, detail, repro, seconds).
+    Raises FileNotFoundError for a missing report. See the module docstring for the tolerance."""
     from .report import load_json
     jpath = os.path.join(path, "results.json") if os.path.isdir(path) else path
     js = load_json(jpath)
@@ -117,6 +124,8 @@ def repro_check(path: str, *, n: int = 8, seed: int = 0, rows: Sequence[str] = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m perf.repro_check RESULTS [-n N] ...``: returns 0 when every re-run row is within its tolerance,
+    else 1; a usage error (argparse) exits 2."""
     ap = argparse.ArgumentParser(prog="python -m perf.repro_check", description=__doc__.split("\n\n")[0])
     ap.add_argument("results", help="results.json of a report, or its folder")
     ap.add_argument("-n", type=int, default=8, help="rows to re-run (default 8)")

@@ -55,6 +55,7 @@ FLUSH_BYTES = 256 << 20      # as triton.testing.do_bench
 
 @dataclasses.dataclass
 class Timing:
+    """One timed op call: the 20th / 50th / 80th percentile of µs per call over ``samples`` samples."""
     p20_us: float
     p50_us: float
     p80_us: float
@@ -108,8 +109,12 @@ def time_fn(fn: Callable[[], object] | Sequence[Callable[[], object]], device: s
     """Time one call on ``device``. ``fn``: a zero-argument callable, or a list of them (one per rotated input set;
     calls cycle through the list). ``mode`` (CUDA): ``auto`` = :func:`graph_time_us`, :func:`events_time_us` when
     capture fails (reason in ``note``); ``cudagraph`` = graph only (raises RuntimeError when capture fails);
-    ``events``. Ignored elsewhere. ``budget_s``: seconds one timing may take (default 0.5; 0.25 with ``quick``);
-    ``reps``: repetitions (events / CPU / NPU); ``warm``: the events timer calls each fn once first."""
+    ``events``. Ignored elsewhere. ``budget_s``: seconds one timing may take (default: CUDA 0.5, 0.25 with
+    ``quick``; CPU 2.0, 0.5 with ``quick``); ``reps``: repetitions (events / CPU / NPU; CPU default 10, 5 with
+    ``quick``); ``warm``: the events timer calls each fn once first. Returns a :class:`Timing` (µs per call).
+    Raises ValueError for a mode other than auto / cudagraph / events."""
+    if mode not in ("auto", "cudagraph", "events"):
+        raise ValueError(f"mode must be 'auto', 'cudagraph' or 'events', got {mode!r}")
     dev = torch.device(device)
     fns = _as_fns(fn)
     if dev.type == "cuda":

@@ -78,8 +78,15 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
         lse [B, S_q, N] fp32: natural-log log-sum-exp of the scaled logits over the visible keys.
         A query row that sees no key (L = 0, or causal with L − S_q + j < 0): out = 0, lse = −inf.
 
-    Raises: nothing of its own (ops.amla validates arguments); an out-of-range used page id raises
-    torch's IndexError. Unused cache slots / pages may hold NaN: they are never read.
+    Raises (checked by the registered op ``ds::amla``, ops/amla.py, before anything runs; this reference trusts
+    its inputs and raises nothing of its own, except torch's IndexError for an out-of-range used page id):
+    TypeError for a dtype outside the above (q_nope bf16/fp16, q_rope and both caches q_nope's dtype,
+    block_table / seq_lens int32), a softmax_scale that is not a real number, or a causal that is not a bool;
+    ValueError for a wrong number of dimensions or a shape that disagrees with q_nope (B, S_q, N, Dc) / q_rope
+    (Dr) / kv_cache (num_blocks, block_size), a tensor not on q_nope's device, S_q outside [1, 16]
+    (``ops.amla.MAX_S_Q``), N / Dc / block_size < 1, a non-finite softmax_scale, and (eager, with checks on:
+    not compiling or capturing, ``DS_OPS_CHECKS`` not off) seq_lens[b] outside [0, max_blocks·block_size] or a
+    used block_table entry outside [0, num_blocks). Unused cache slots / pages may hold NaN: they are never read.
     Mirrors FlashMLA ``flash_mla_with_kvcache`` semantics (lse layout [B, S_q, N], −inf for empty rows).
     """
     B, S_q, N, Dc = q_nope.shape

@@ -115,12 +115,13 @@ def mla_prolog(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_uq_qr: tor
     Hckv kv_lora_rank; dt = weight_uk.dtype, the activation dtype — bf16 in CANN):
 
     * token_x [T, He] or [B, S, He]: dt, or int8 (full quant, with dequant_scale_x per-token scale
-      [T] / [T, 1] fp32).
+      [T] / [T, 1] fp32; [B, S] / [B, S, 1] also for a 3-D token_x).
     * weight_dq [He, Hcq]; weight_uq_qr [Hcq, N·(D+Dr)] with per-head columns [q_nope D ‖ q_rope Dr];
       weight_dkv_kr [He, Hckv+Dr] with columns [c_kv ‖ k_rope]: dt, or int8 with a per-channel scale
       dequant_scale_w_* of shape [C] or [1, C] fp32. weight_uk [N, D, Hckv] dt (never quantised).
     * rmsnorm_gamma_cq [Hcq], rmsnorm_gamma_ckv [Hckv]: float.
-    * rope_sin, rope_cos [T, Dr] / [B, S, Dr]: half-duplicated layout ``[s0..s31, s0..s31]`` (sin first).
+    * rope_sin, rope_cos [T, Dr] / [B, S, Dr] bf16 / fp16 / fp32: half-duplicated layout ``[s0..s31, s0..s31]``
+      (sin first).
     * kv_cache [num_blocks, block_size, 1, Hckv], kr_cache [num_blocks, block_size, 1, Dr]: dt, or int8
       (C8) with quant_scale_ckv / quant_scale_ckr (multiplied in; per-channel [C]/[1, C] or per-tensor [1]).
       Mutated in place: row ``cache_index[t]`` of the flattened [num_blocks·block_size] slot axis.
@@ -129,6 +130,11 @@ def mla_prolog(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_uq_qr: tor
       duplicated ids are a caller error (which token wins is undefined).
     * smooth_scales_cq [Hcq] / [1, Hcq] fp32: SmoothQuant factor multiplied into RmsNorm(c_q) before its
       per-token dynamic quantisation (only with an int8 weight_uq_qr).
+    * rmsnorm_epsilon_cq, rmsnorm_epsilon_ckv: finite floats ≥ 0 added to mean(x²) of the two RmsNorms (default
+      1e-5 as torch_npu; DeepSeek-V3's checkpoints use 1e-6, which ``ops.deepseek_layer`` passes).
+    * cache_mode: "PA_BSND" only (torch_npu's paged [num_blocks, block_size, 1, C] caches).
+    * Full + C8 (int8 token_x and int8 kv_cache): quant_scale_ckv per-tensor [1] / [1, 1]; kr_cache stays dt
+      and quant_scale_ckr is None.
 
     Returns NEW tensors ``(query, query_rope, dequant_scale_q_nope)``:
 
@@ -149,8 +155,13 @@ def mla_prolog(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_uq_qr: tor
     is 0). RoPE: interleaved pairs in, rotate-half order out (reference.deepseek.rope), so query_rope and
     the k_rope cache rows are in de-interleaved order.
 
-    Raises ValueError for a cache_mode other than "PA_BSND". (Argument validation with clear messages
-    lives in ``ops/mla_prolog.py``.)
+    Raises ValueError for a cache_mode other than "PA_BSND" (this reference checks nothing else). The
+    registered op ``ds::mla_prolog`` (ops/mla_prolog.py) checks every argument first, naming it: TypeError for a
+    dtype that does not fit the mode (int8 weights / caches / token_x as above, the rest weight_uk's dtype) or a
+    non-number epsilon; ValueError for a shape mismatch, an odd Dr, a tensor not on token_x's device, a scale
+    missing for the mode or given where the mode takes none, a negative or non-finite epsilon, a cache_mode
+    other than "PA_BSND", and (eager, with checks on) a cache_index id ≥ num_blocks·block_size or an id given
+    twice — all before any cache row is written.
     """
     if cache_mode != "PA_BSND":
         raise ValueError(f"cache_mode {cache_mode!r} is not supported (only 'PA_BSND')")

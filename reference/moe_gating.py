@@ -76,11 +76,12 @@ def moe_gating_top_k(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = Non
     T = 0 gives empty outputs.
 
     Raises (checked by the registered op ``ds::moe_gating_top_k``, ops/moe_gating.py; this reference
-    trusts its inputs): TypeError if x is not a float tensor, an int attribute is not an int, or bias is
-    neither fp32 nor x's dtype; ValueError if x is not 2-D, group_count does not divide E, k_group is
-    outside [1, group_count], k outside [1, k_group·E/group_count], group_select_mode / renorm /
-    norm_type outside {0, 1}, mode 1 with < 2 experts per group, bias is not [E], or eps < 0 /
-    routed_scaling_factor non-finite.
+    trusts its inputs): TypeError if x is not a float tensor, an int attribute is not an int (a bool
+    included), out_flag is not a bool, bias is neither fp32 nor x's dtype, or routed_scaling_factor / eps is
+    not a real number; ValueError if x is not 2-D or E = 0, group_count does not divide E, k_group is outside
+    [1, group_count], k outside [1, k_group·E/group_count], group_select_mode / renorm / norm_type outside
+    {0, 1}, mode 1 with group_count > 1 and < 2 experts per group, bias is not [E] or not on x's device,
+    routed_scaling_factor / eps not finite, or eps < 0.
     """
     T, E = x.shape
     xf = x.float()

@@ -128,8 +128,9 @@ def rms_norm_dynamic_quant(x: torch.Tensor, gamma: torch.Tensor, *, epsilon: flo
     alias of x, because a custom op may not return an input).
 
     Raises (checked by ``ds::rms_norm_dynamic_quant``, ops/quant.py): TypeError for non-float x / gamma /
-    smooth_scales or a residual whose dtype differs from x's; ValueError if H = 0, gamma or smooth_scales
-    is not [H], residual's shape differs from x's, a device differs, or epsilon < 0.
+    smooth_scales, a residual whose dtype differs from x's, or an epsilon that is not a real number;
+    ValueError if H = 0, gamma or smooth_scales is not [H], residual's shape differs from x's, a device
+    differs, or epsilon is negative or not finite.
 
     Mirrors ``torch_npu.npu_add_rms_norm_dynamic_quant(x1, x2, gamma, smooth_scale1=...)`` outputs
     (y1, x_out, scale1) — with RmsNorm as division (``rms_norm`` of reference/deepseek.py) where the
@@ -199,7 +200,8 @@ def quant_matmul(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_scale: 
 
     Raises (checked by ``ds::quant_matmul``, ops/quant.py): TypeError if x_int8 / weight_int8 are not int8,
     weight_scale / x_scale not fp32 (fp16 scales are rejected like torch_npu, vllm-ascend#7443), bias not
-    float, or out_dtype not bf16/fp16/fp32; ValueError if weight_int8.shape[0] != K (names both), x_scale
+    float, or out_dtype not bf16/fp16/fp32; ValueError if x_int8 or weight_int8 is not 2-D,
+    weight_int8.shape[0] != K (names both), x_scale
     is not 1-D [M] (vllm-ascend#3257), weight_scale / bias not [N], devices differ, or K > 131071 (the int32
     accumulator could overflow).
     """
@@ -262,11 +264,12 @@ def fp8_block_dequant(w_fp8: torch.Tensor, weight_scale_inv: torch.Tensor, block
     weight_scale_inv: Tensor[(ceil(out/block), ceil(in/block))], float32 (the ``...weight_scale_inv``),
         despite its name a *multiplier*: ``w = fp8 · scale_inv[i // block, j // block]``.
     block: the square block size (128 in DeepSeek-V3's ``quantization_config.weight_block_size``).
-    out_dtype: bfloat16 (default, as DeepSeek's ``weight_dequant``) or float32.
+    out_dtype: bfloat16 (default, as DeepSeek's ``weight_dequant``) or float32 (not checked: the fp32 product
+        is cast to whatever dtype is given).
 
     Returns Tensor[(out, in)], out_dtype: product computed in fp32, rounded once (RINT).
-    Raises TypeError for a block that is not an int, ValueError for block < 1 or when the scale grid does not
-    match ``ceil(out/block) × ceil(in/block)``."""
+    Raises TypeError for a block that is not an int; ValueError if w_fp8 is not 2-D, for block < 1, or when the
+    scale grid does not match ``ceil(out/block) × ceil(in/block)``."""
     if isinstance(block, bool) or not isinstance(block, int):
         raise TypeError(f"block must be an int, got {type(block).__name__} {block!r}")
     if block < 1:
@@ -288,9 +291,10 @@ FRACTAL_NZ = 29
 
 def fractal_nz(w: torch.Tensor) -> torch.Tensor:
     """Physical FRACTAL_NZ tiling of a logical [K, N] matrix: Tensor[(ceil(N/n0), ceil(K/16), 16, n0)],
-    zero-padded, with n0 = 32 for 1-byte dtypes and 16 for 2-byte ones (vllm-ascend
+    zero-padded, with n0 = 32 for 1-byte dtypes and 16 for wider ones (vllm-ascend
     ``attention/utils.py::transdata``). Element (k, n) lands at ``[n // n0, k // 16, k % 16, n % n0]``.
-    For kernels that take raw NZ buffers; torch_npu users call :func:`pack_weight` instead."""
+    For kernels that take raw NZ buffers; torch_npu users call :func:`pack_weight` instead. Raises ValueError
+    unless w is 2-D."""
     if w.dim() != 2:
         raise ValueError(f"w must be 2-D [K, N], got {tuple(w.shape)}")
     K, N = w.shape

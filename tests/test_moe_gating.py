@@ -325,6 +325,13 @@ def test_errors_name_the_argument():
         ops.moe_gating.moe_gating_top_k(torch.randn(2, 8), 1, group_count=8, group_select_mode=1)
     with pytest.raises(ValueError, match="k_group"):
         torch.ops.ds.moe_gating_top_k(x, 8, group_count=8, k_group=0)
+    # a scalar that is not a number is a TypeError, as for amla's softmax_scale and the epsilons (session 9: one
+    # check, _library.check_finite_float; it was a ValueError here)
+    for kw in (dict(routed_scaling_factor="2.5"), dict(eps=None), dict(routed_scaling_factor=True)):
+        with pytest.raises(TypeError, match=f"{next(iter(kw))} must be a real number"):
+            ops.moe_gating.moe_gating_top_k(x, 8, **kw)
+    with pytest.raises(ValueError, match="eps must be finite"):
+        ops.moe_gating.moe_gating_top_k(x, 8, eps=float("inf"))
 
 
 def _cases(gen):

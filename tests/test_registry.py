@@ -76,6 +76,9 @@ def test_reference_docstring_names_shapes_errors_and_source(name):
     assert "Raises (this op): TypeError / ValueError naming the argument" in eager.__doc__
     # inspect / help / IDEs see the op's arguments and defaults, not (*args, **kwargs)
     assert inspect.signature(eager) == inspect.signature(fn)
+    # help(torch.ops.ds.<op>) too: it was empty (session 9 docstring audit)
+    packet = getattr(torch.ops.ds, name)
+    assert packet.__doc__ == packet.default.__doc__ == eager.__doc__
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_OPS))

@@ -832,13 +832,14 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
     """MLA decode attention over a paged latent cache with AMLA rescaling (Triton).
 
     Args (same as reference/amla.py ``amla``):
-        q_nope [B, S_q, N, 512] fp16/bf16; q_rope [B, S_q, N, 64] same dtype;
-        kv_cache [num_blocks, block_size, 1, 512], kr_cache [num_blocks, block_size, 1, 64] same dtype;
+        q_nope [B, S_q, N, Dc] fp16/bf16; q_rope [B, S_q, N, Dr] same dtype (Dc / 4 and Dr powers of two
+        ≥ 16, :func:`supports_reason`; DeepSeek-V3: Dc = kv_lora_rank = 512, Dr = 64);
+        kv_cache [num_blocks, block_size, 1, Dc], kr_cache [num_blocks, block_size, 1, Dr] same dtype;
         block_table [B, max_blocks] int32 (only the first ceil(L/block_size) entries of a row are read);
         seq_lens [B] int32 (keys per request incl. the S_q new ones; 0 allowed; values above
         max_blocks·block_size are clamped to it); softmax_scale: float; causal: token j sees keys
         [0, L − S_q + j].
-    Returns: out [B, S_q, N, 512] in q's dtype, lse [B, S_q, N] fp32 natural log; a row with no key:
+    Returns: out [B, S_q, N, Dc] in q's dtype, lse [B, S_q, N] fp32 natural log; a row with no key:
         out 0, lse −inf.
     Raises: nothing itself (ops.amla validates); unsupported inputs are reported by :func:`supports_reason`.
     Algorithm: arXiv 2509.25224 (AMLA) with CANN's compensation and shift clamp; split-KV flash-decoding

@@ -1078,7 +1078,7 @@ def mla_prolog(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_uq_qr: tor
     ``torch_npu.npu_mla_prolog_v3`` with ``cache_mode="PA_BSND"``.
 
     token_x [T, He] / [B, S, He] (dt or int8); weight_dq [He, Hcq]; weight_uq_qr [Hcq, N·(D+Dr)];
-    weight_uk [N, D, Hckv] (dt); weight_dkv_kr [He, Hckv+Dr]; rope_sin / rope_cos [T, Dr] (half-duplicated);
+    weight_uk [N, D, Hckv] (dt); weight_dkv_kr [He, Hckv+Dr]; rope_sin / rope_cos [T, Dr] or [B, S, Dr] (half-duplicated);
     kv_cache [num_blocks, block_size, 1, Hckv], kr_cache [num_blocks, block_size, 1, Dr] mutated at slot
     ``cache_index[t]`` (int64; negative or ≥ num_blocks·block_size: not written). Any strides.
     Returns NEW (query [.., N, Hckv], query_rope [.., N, Dr], dequant_scale_q_nope fp32 [T, N, 1] in
