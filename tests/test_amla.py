@@ -438,6 +438,29 @@ def test_amla_shift_clamped_at_minus_30(gen):
         assert_close(lse, ref_lse, "lse")
 
 
+def test_amla_shift_clamp_overweights_the_old_block_as_cann_does(gen):
+    """The clamp's effect made visible (mutation audit, session 9: removing the clamp passed the test above, whose
+    spike key carries most of the output anyway). Block 0: logits 0 and c_kv rows of 1; block 1: logits ≈ 50 and
+    c_kv rows of 0. The exact output is e^-50 ≈ 2e-22 (block 0's weight); with Δn ≈ −72 clamped to −30, block 0 is
+    over-weighted by 2^42, as in CANN's kernel, so the emulation gives ≈ 2^42 times the exact output."""
+    qn = torch.zeros(1, 1, 2, DC, dtype=torch.bfloat16)
+    qr = torch.zeros(1, 1, 2, DR, dtype=torch.bfloat16)
+    qr[..., 0] = 1.0
+    kv = torch.zeros(128, DC)
+    kv[:64] = 1.0
+    kr = torch.zeros(128, DR)
+    kr[64:, 0] = 50.0 / SCALE
+    inputs = paged(qn, qr, [kv.to(torch.bfloat16)], [kr.to(torch.bfloat16)], 64, gen)
+    ref_out, _ = dense_fp64(inputs)
+    s1 = SCALE * float(kr.to(torch.bfloat16)[64, 0].double())          # block 1's logit after bf16 rounding
+    dn_true = -round(s1 / math.log(2))                                   # n = rint(−m/ln2): 0 for block 0
+    assert dn_true < -60
+    for guard in ("exponent", "cann"):
+        out, _ = amla_blockwise(**inputs, block_kv=64, guard=guard, out_dtype=torch.float32)
+        ratio = out.double() / ref_out
+        assert torch.allclose(torch.log2(ratio), torch.full_like(ratio, -30.0 - dn_true), atol=1e-3), (guard, ratio)
+
+
 def test_pow2_rescale_is_exact_exponent_arithmetic():
     """The integer add is exact multiplication by 2^Δn for normal values; the guard keeps zeros, −0,
     denormals, inf and NaN right; the unguarded (CANN) add turns 0 into −inf for Δn = −1."""

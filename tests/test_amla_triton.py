@@ -852,3 +852,51 @@ def test_A1_tp_row_counts_every_row_zero_length(gen):
         out, lse = run(args, config={"key": "cuda", "cores": 132}, variant="amla_lazy", num_splits=ns)
         _assert_table_tile(2, 24, 64)
         assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# mutation-audit findings (session 9): inputs that make the shift clamp and the page-id redirect matter
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("jump", [100.0, 300.0])
+def test_logit_step_beyond_the_fp32_exponent_range(gen, variant, jump):
+    """Logits jump by more than 126·ln2 ≈ 87 between two key tiles (Δn < −126): 2^Δn is not a normal fp32, so
+    building it as (Δn + 127) << 23 needs the −30 clamp. test_huge_logit_range_shift_clamp_and_underflow climbs
+    only ≈ 35 per tile (Δn ≈ −50), which passed with the clamp removed (mutation audit)."""
+    L = 128
+    q_nope, q_rope, c_kv, k_rope = logical(1, 1, 2, [L], gen)
+    q_nope.zero_()
+    q_rope[:] = 1.0
+    k_rope[0] = 0.0
+    k_rope[0, 64:] = jump / (SCALE * DR)                 # logits 0 for keys < 64, ≈ jump from key 64 on
+    args = (q_nope, q_rope) + paged(c_kv, k_rope, [L], 16, gen)
+    out, lse = check(args, variant=variant, num_splits=1)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+
+
+@pytest.mark.parametrize("flat", [False, True])
+@pytest.mark.parametrize("bad", [-7, "num_blocks+1"])
+def test_out_of_range_used_page_id_never_reads_outside_the_cache(gen, flat, bad):
+    """A used block_table entry outside [0, num_blocks) (a caller error that only the eager check, off here, would
+    catch): the kernel redirects it to page 0, as documented, and never reads outside the cache. The caches are
+    views into buffers whose guard pages hold NaN, so a read outside shows as NaN. Removing the per-key (non-flat)
+    bounds check passed every test before (mutation audit)."""
+    L = 48
+    q_nope, q_rope, c_kv, k_rope = logical(1, 1, 2, [L], gen)
+    kv, kr, bt, sl = paged(c_kv, k_rope, [L], 16, gen)
+    kv[0], kr[0] = torch.nan_to_num(kv[0]), torch.nan_to_num(kr[0])     # the redirect target is finite
+    nb = kv.shape[0]
+    bt[0, 1] = -7 if bad == -7 else nb + 1
+    want_bt = bt.clone()
+    want_bt[0, 1] = 0
+    want_out, want_lse = ref.amla(q_nope, q_rope, kv, kr, want_bt, sl, SCALE, True)
+
+    def guarded(c):
+        lo, hi = 16, 16                                  # NaN pages before and after the cache
+        buf = torch.full((lo + nb + hi,) + tuple(c.shape[1:]), float("nan"), dtype=c.dtype)
+        buf[lo:lo + nb] = c
+        return buf[lo:lo + nb]
+    out, lse = tri.amla_variant(q_nope, q_rope, guarded(kv), guarded(kr), bt, sl, SCALE, True,
+                                config={"flat": flat}, num_splits=1)
+    assert_close(out, want_out, "fp16")
+    assert_close(lse, want_lse, "lse", name="lse")

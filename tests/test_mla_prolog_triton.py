@@ -821,3 +821,25 @@ def test_P2_P3_fused_row_query_out_of_range_never_writes(mode, query_cfg, monkey
     query_cfg("cuda", fuse_row_max_t=8)
     monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
     _out_of_range_never_writes(mode, seed=83)
+
+
+# ----------------------------------------------------------------------------------------------
+# mutation-audit findings (session 9): epsilons and RoPE tables that matter
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["bf16", "a8w8_c8"])
+def test_distinct_large_epsilons(table, mode):
+    """rmsnorm_epsilon_cq / _ckv large enough to change the result and different from each other: the defaults (1e-5
+    for both, against mean(x²) ≈ 1) hid an epsilon dropped, added outside the sqrt, or handed to the other norm."""
+    inp = small(mode, T=5)
+    inp["rmsnorm_epsilon_cq"], inp["rmsnorm_epsilon_ckv"] = 0.05, 2.0
+    compare(inp)
+
+
+def test_rope_reads_every_column_of_sin_and_cos(table):
+    """sin / cos whose two halves differ (the op takes [T, Dr] and the reference reads every column): make_inputs'
+    half-duplicated tables hid a kernel that reads cos[j] where cos[j + Dr/2] belongs (mutation audit)."""
+    inp = small("bf16", T=5)
+    g = torch.Generator().manual_seed(7)
+    for k in ("rope_sin", "rope_cos"):
+        inp[k] = (2 * torch.rand(inp[k].shape, generator=g) - 1).to(inp[k].dtype).to(inp[k].device)
+    compare(inp)

@@ -187,8 +187,10 @@ def test_rms_norm_dynamic_quant_matches_numpy(dtype, residual, smooth, gen):
     r = torch.randn(T, H, generator=gen).to(dtype) if residual else None
     gamma = (0.5 + torch.rand(H, generator=gen)).to(dtype)
     s = (0.5 + torch.rand(H, generator=gen)) if smooth else None
-    q, scale, r_out = torch.ops.ds.rms_norm_dynamic_quant(x, gamma, epsilon=1e-6, residual=r, smooth_scales=s)
-    (q_np, scale_np, t_np), s_np = np_rms_norm_dynamic_quant(x, gamma, 1e-6, r, s)
+    # an epsilon that matters when smooth is on (1e-6 against mean(x²) ≈ 1 hides where it is added: mutation audit)
+    eps = 0.75 if smooth else 1e-6
+    q, scale, r_out = torch.ops.ds.rms_norm_dynamic_quant(x, gamma, epsilon=eps, residual=r, smooth_scales=s)
+    (q_np, scale_np, t_np), s_np = np_rms_norm_dynamic_quant(x, gamma, eps, r, s)
     # residual_out: the fp32 sum rounded once to x.dtype
     assert r_out.dtype == dtype and r_out.shape == x.shape
     assert torch.equal(r_out, torch.from_numpy(s_np).to(dtype))

@@ -201,6 +201,21 @@ def test_rms_norm_dynamic_quant_vs_reference(H, residual, smooth, table, gen):
     _check_rms(x, g, 1e-6, r, s)
 
 
+@pytest.mark.parametrize("eps", [0.25, 3.0])
+@pytest.mark.parametrize("H", [64, 5000])              # one row tile, and the multi-sweep path
+def test_rms_norm_dynamic_quant_epsilon_matters(eps, H, table, gen):
+    """An epsilon comparable to mean(x²) (the usual 1e-6 hides a dropped epsilon, one added outside the sqrt, or the
+    wrong one: mutation audit, session 9). q does not depend on the rms; the scale does, and is checked against an
+    independent fp64 formula as well as the reference."""
+    x = (0.5 * torch.randn(4, H, generator=gen)).half()
+    g = (0.5 + torch.rand(H, generator=gen)).half()
+    r = (0.5 * torch.randn(4, H, generator=gen)).half()
+    _, sc, _ = _check_rms(x, g, eps, r, None)
+    s = x.double() + r.double()
+    want = (s / torch.sqrt(s.pow(2).mean(-1, keepdim=True) + eps) * g.double()).abs().amax(-1) / 127
+    torch.testing.assert_close(sc.double(), want, rtol=1e-5, atol=0)
+
+
 def test_rms_norm_dynamic_quant_fp32_bf16_and_3d(gen):
     x = torch.randn(2, 3, 96, generator=gen)
     _check_rms(x, torch.rand(96, generator=gen) + 0.5, 1e-5, torch.randn(2, 3, 96, generator=gen), None)
