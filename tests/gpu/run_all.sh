@@ -263,6 +263,12 @@ round54)  # session 8: packed gating selection for 2-byte logits as the cuda def
   step perf_gating 120 python3 -m perf --device cuda --ops moe_gating_top_k --no-layer --no-dispatch --out "$OUT/perf_gating"
   step check_quant_gating 150 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
   ;;
+round55)  # session 9: host-side changes only (scalar checks, torch.ops docs, perf CLI, layer checks) on torch 2.11 / triton 3.6; new mla_prolog tests on CUDA
+  step pytest_host 150 python3 -m pytest -q -p no:cacheprovider tests/test_registry.py tests/test_moe_gating.py tests/test_moe_gating_triton.py
+  step check_mla_prolog 80 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step perf_smoke 90 python3 -m perf --device cuda --quick --ops moe_gating_top_k,quant_matmul,amla --shapes deepseek_v3_T1,qkv_a_M1,b64_sq1_n16_l4096 --no-layer --out "$OUT/perf_smoke"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
