@@ -900,3 +900,42 @@ def test_out_of_range_used_page_id_never_reads_outside_the_cache(gen, flat, bad)
                                 config={"flat": flat}, num_splits=1)
     assert_close(out, want_out, "fp16")
     assert_close(lse, want_lse, "lse", name="lse")
+
+
+# mutation audit, round 2 (session 9)
+def _capture_partials(monkeypatch):
+    """Record the fp32 split partials (opart [B, ns, rows, Dc], lsepart [B, ns, rows]) the launcher allocates."""
+    bufs = []
+
+    def _empty(shape, dtype, device):
+        t = torch.full(shape, float("nan"), dtype=dtype, device=device)
+        bufs.append(t)
+        return t
+    monkeypatch.setattr(tri, "_empty", _empty)
+    return bufs
+
+
+def test_rounded_c_compensation_matches_blockwise_emulation_in_fp32(monkeypatch):
+    """CANN's compensation N = Δn·2²³ + rint(1.5·(cof_prev/cof − 1)·2²³) checked on the fp32 split partial (the
+    fp16 output hides it: one block's compensation error is ≤ 0.5·|cof_prev/cof − 1| ≈ 1e-4 relative). The logits
+    grow along the keys so every 16-key block moves the max, re-chooses n and changes cof. The partial of split 0
+    (keys [0, 64), non-causal) must equal reference.amla_blockwise over those 64 keys in fp32 to ~1e-5 (the
+    emulation's +1e-6 CANN bias is 8 ULP per block)."""
+    gen = torch.Generator().manual_seed(11)
+    L, N = 128, 16
+    q_nope, q_rope, c_kv, k_rope = logical(1, 1, N, [L], gen, q_scale=0.05)
+    # logit ≈ 8.66·ramp + noise (std ≈ 0.15): the max rises ≈ 0.3 per block, so old blocks keep weight ≈ e^-0.3
+    k_rope[0] = (torch.linspace(0, 0.28, L)[:, None] * torch.ones(DR)).to(DT)
+    q_rope[:] = 1.0
+    kv, kr, bt, sl = paged(c_kv, k_rope, [L], 16, gen)
+    bufs = _capture_partials(monkeypatch)
+    run((q_nope, q_rope, kv, kr, bt, sl), causal=False, variant="amla", num_splits=2,
+        config={"BLOCK_N": 16, "dv_split": 1})
+    opart = next(b for b in bufs if b.dim() == 4 and b.dtype == torch.float32)
+    assert opart.shape[1] == 2
+    got = opart[0, 0].reshape(1, N, DC).double()                      # split 0: keys [0, 64)
+    want, _ = ref.amla_blockwise(q_nope, q_rope, kv, kr, bt, torch.tensor([64], dtype=torch.int32), SCALE, False,
+                                 block_kv=16, out_dtype=torch.float32)
+    want = want[0].double()
+    rel = ((got - want).abs().max() / want.abs().max()).item()
+    assert rel < 2e-5, rel

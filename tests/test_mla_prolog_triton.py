@@ -843,3 +843,28 @@ def test_rope_reads_every_column_of_sin_and_cos(table):
     for k in ("rope_sin", "rope_cos"):
         inp[k] = (2 * torch.rand(inp[k].shape, generator=g) - 1).to(inp[k].dtype).to(inp[k].device)
     compare(inp)
+
+
+# mutation audit, round 2 (session 9)
+@pytest.mark.parametrize("mode", ["partial_c8", "a8w8_c8"])
+def test_c8_cache_saturation_bit_exact_at_both_ends(mode):
+    """C8 caches with scales 20× too large: every element the reference saturates (−128 or 127) is exactly that in
+    the Triton cache (compare()'s ±1 LSB tolerance for rounding ties would accept −127 for −128), and both ends are
+    reached."""
+    inp = small(mode, T=8, N=1, seed=3)
+    inp["quant_scale_ckv"] = inp["quant_scale_ckv"] * 20
+    if inp.get("quant_scale_ckr") is not None:
+        inp["quant_scale_ckr"] = inp["quant_scale_ckr"] * 20
+    a, b = clone(inp), clone(inp)
+    run(a, "reference")
+    run(b, "triton")
+    idx = inp["cache_index"].reshape(-1)
+    idx = idx[idx >= 0]
+    for name in ("kv_cache", "kr_cache"):
+        if a[name].dtype != torch.int8:
+            continue
+        ra = a[name].reshape(-1, a[name].shape[-1])[idx]
+        rb = b[name].reshape(-1, b[name].shape[-1])[idx]
+        sat = (ra == -128) | (ra == 127)
+        assert (ra == -128).any() and (ra == 127).any(), name
+        assert torch.equal(rb[sat], ra[sat]), f"{name}: saturated values differ"

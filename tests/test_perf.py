@@ -822,3 +822,55 @@ def test_every_python_file_of_the_repo_parses():
         except SyntaxError as e:
             bad.append(f"{p.relative_to(root)}:{e.lineno}: {e.msg}")
     assert not bad, bad
+
+
+# mutation audit, round 2 (session 9): percent-of-peak arithmetic and explicit FLOP / byte counts
+def test_roofline_percent_of_each_peak_on_h200():
+    """pct_peak_compute / pct_peak_bw: TFLOPS over the TFLOPS peak, GB/s over the TB/s peak (×1e3)."""
+    pk = P.PEAKS["h200_sxm"]
+    m = roofline_metrics(10 ** 9, 10 ** 9, 250.0, "bf16", pk, {})      # 4 TFLOPS, 4000 GB/s
+    assert m["pct_peak_bw"] == pytest.approx(100 * 4000 / (pk.hbm_tbs.value * 1e3))
+    assert m["pct_peak_compute"] == pytest.approx(100 * 4.0 / pk.compute("bf16").value)
+    assert 0 < m["pct_peak_bw"] <= 100 and 0 < m["pct_peak_compute"] <= 100
+
+
+def test_layer_view_percent_of_peak(monkeypatch):
+    """layer_view's per-op % peak = 100 · TFLOPS / the datasheet peak (and % achievable over the ceiling)."""
+    from perf.layer import layer_view
+    e = fake_entry()
+    inputs = _fake_make_inputs(dict(M=8, K=64, N=32), dtype=torch.bfloat16, device="cpu",
+                               generator=torch.Generator().manual_seed(2))
+
+    def forward(x):
+        y, _ = e.op(x, inputs["w"], inputs["cache"], index=inputs["index"])
+        return y
+
+    fake_mod = types.ModuleType("ops.deepseek_layer")
+    fake_mod.perf_layer = lambda device, dtype: (forward, (inputs["x"],))
+    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
+    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+    pk = P.PEAKS["h200_sxm"]
+    lv = layer_view("cpu", specs={e.name: e.spec}, peaks=pk, ceilings={"bf16": P.Ceiling(500.0, "test")})
+    row = {o["op"]: o for o in lv["views"][0]["ops"]}[e.name]
+    assert row["tflops"] > 0
+    assert row["pct_peak"] == pytest.approx(100 * row["tflops"] / pk.compute("bf16").value)
+    assert row["pct_achievable"] == pytest.approx(100 * row["tflops"] / 500.0)
+
+
+def test_moe_gating_flops_count_the_bias_add():
+    """The documented estimate: 6 ops per logit (+1 with a bias) + 3 per chosen expert."""
+    M = ops.moe_gating
+    x = torch.randn(4, 64)
+    assert M.flops(x=x, k=8) == 4 * 64 * 6 + 3 * 4 * 8
+    assert M.flops(x=x, k=8, bias=torch.zeros(64)) == 4 * 64 * 7 + 3 * 4 * 8
+
+
+def test_rms_norm_dynamic_quant_bytes_formula():
+    """Read x (+ residual), gamma (+ smooth); write x_int8, the fp32 scale and residual_out (always written)."""
+    from ops import quant as Q
+    x = torch.randn(4, 128).bfloat16()
+    g = torch.ones(128).bfloat16()
+    base = 4 * 128 * 2 + 128 * 2 + 4 * 128 + 4 * 4 + 4 * 128 * 2
+    assert Q.bytes_rms_norm_dynamic_quant(x=x, gamma=g) == base
+    assert Q.bytes_rms_norm_dynamic_quant(x=x, gamma=g, residual=x.clone(), smooth_scales=torch.ones(128)) == \
+        base + 4 * 128 * 2 + 128 * 4

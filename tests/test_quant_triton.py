@@ -1540,3 +1540,17 @@ def test_gpu_gemv_stream_dp4a_bit_identical_and_graph_safe():
         _gpu_config_exact_eager_and_graph(M, K, N, cfg, g, dev)
     for buf, _ in T._COUNTERS.values():
         assert int(buf.abs().sum()) == 0
+
+
+# mutation audit, round 2 (session 9)
+@pytest.mark.parametrize("M", [3, 4])
+@pytest.mark.parametrize("pf", [False, True])
+def test_gemv_stream_unsplit_three_and_four_rows(M, pf, gen):
+    """The fused epilogue of _qmm_gemv_kernel (SPLIT_K = 1) for token rows 2 and 3: each row's own x_scale
+    (xs2 / xs3, loaded before the K loop). _GS_CASES ran M = 3 / 4 only split-K, where the epilogue is another code path."""
+    x, w, ws, xs, b = _qmm_inputs(M, 300, 40, gen, bias=True)
+    xs = torch.tensor([1.0, 2.0, 3.0, 5.0][:M]) / 127.0                  # distinct per-row scales
+    cfg = _gs(4, 64, split=1, ppc=2, pf=pf)
+    assert T.plan_quant_matmul(M, 40, 300, torch.device("cpu"), cfg, backend_key="cuda")["SPLIT_K"] == 1
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)

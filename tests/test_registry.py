@@ -13,6 +13,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import ops
+from ops import _ascendc, _library as L
 from ops._library import BackendUnavailable
 
 # a tiny shape per op for the generic checks (fresh random data from each SPEC.make_inputs)
@@ -231,3 +232,37 @@ def test_triton_interpret_set_after_import_falls_back_with_a_reason():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
+
+
+# mutation audit, round 2 (session 9): the "auto" order and supports() fallback
+def _kernels(monkeypatch, op, *kernels):
+    monkeypatch.setattr(op, "kernels", list(kernels))
+
+
+def test_auto_prefers_ascendc_over_triton_then_falls_back(monkeypatch):
+    """auto tries ascendc first, then triton; a kernel whose supports() gives a reason is skipped, and with no
+    kernel left auto runs the reference (an explicit backend raises BackendUnavailable instead)."""
+    op = ops.moe_gating.moe_gating_top_k
+    tri_fn, asc_fn = (lambda *a, **k: "triton"), (lambda *a, **k: "ascendc")
+    monkeypatch.setattr(_ascendc, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(L, "triton_available", lambda: None)
+    monkeypatch.setattr(L, "triton_interpret", lambda: True)
+    x = torch.randn(2, 16)
+    asc = L.Kernel("ascendc", "x", "y", ("cpu",), None, asc_fn)
+    tri_ok = L.Kernel("triton", "x", "y", ("cpu",), None, tri_fn)
+    tri_no = L.Kernel("triton", "x", "y", ("cpu",), lambda *a, **k: "not these inputs", tri_fn)
+    asc_no = L.Kernel("ascendc", "x", "y", ("cpu",), lambda *a, **k: "not these inputs", asc_fn)
+    with ops.backend("auto"):
+        _kernels(monkeypatch, op, tri_ok, asc)                       # listed triton first: order is the backend's
+        assert op.select((x, 2), {})[0] == "ascendc"
+        _kernels(monkeypatch, op, tri_ok, asc_no)
+        assert op.select((x, 2), {})[0] == "triton"
+        _kernels(monkeypatch, op, tri_no, asc_no)
+        assert op.select((x, 2), {})[0] == "reference"
+    with ops.backend("triton"):
+        try:
+            op.select((x, 2), {})
+        except L.BackendUnavailable as e:
+            assert "not these inputs" in str(e)
+        else:
+            raise AssertionError("an explicit backend that refuses must raise")
