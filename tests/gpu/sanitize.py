@@ -1,0 +1,88 @@
+"""Every Triton kernel under NVIDIA compute-sanitizer memcheck: no read or write outside an allocation.
+
+Usage (H200; `bash tests/gpu/run_all.sh round56` runs it):
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        python3 tests/gpu/sanitize.py [--budget-s 400]
+
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 gives every tensor its own cudaMalloc, so memcheck knows each tensor's bounds
+(with the caching allocator an access past a tensor usually lands in another block of the same segment and goes
+unseen). The cases cover each op's launch buckets (gemv_stream, the small-M tile, split-K with the in-kernel
+reduction, swap-AB, the multi-sweep quant rows, every AMLA tile with KV splits and both merges, every mla_prolog
+mode with skipped cache slots), on exactly sized tensors. Outputs are not compared here (tests/gpu/check_*.py do
+that); a failed launch raises. Exit status: compute-sanitizer's (9 on any memcheck error), else this script's.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, ".")
+import ops  # noqa: E402
+from ops import amla as A, mla_prolog as MP, moe_gating as G, quant as Q  # noqa: E402
+
+
+def cases():
+    bf = torch.bfloat16
+    for shape in (dict(B=3, S_q=2, N=16, seq_lens=[0, 37, 300], block_size=16),       # rows ≤ 16 tile, causal MTP
+                  dict(B=2, S_q=2, N=16, seq_lens=[700, 5], block_size=64),           # 17–32 rows tile
+                  dict(B=2, S_q=2, N=128, seq_lens=[64, 1029], block_size=64),         # compute tile (q_in_loop)
+                  dict(B=1, S_q=1, N=16, seq_lens=[4096], block_size=128),             # many splits: vector merge
+                  dict(B=4, S_q=1, N=32, seq_lens=[1, 2, 3, 2000], block_size=128)):   # short rows, loop merge
+        yield "amla", A.amla, A.make_inputs(shape, dtype=bf, device="cuda", generator=torch.Generator().manual_seed(0))
+    for M in (1, 2, 3, 4, 16, 17, 64, 128, 300):
+        for K, N in ((7168, 2112), (1536, 24576), (1368, 100)):
+            if N == 24576 and M > 64:
+                continue
+            inp = Q.make_inputs_quant_matmul(dict(M=M, K=K, N=N, bias=M % 2 == 1), dtype=bf, device="cuda",
+                                             generator=torch.Generator().manual_seed(M))
+            yield f"quant_matmul M{M} K{K} N{N}", Q.quant_matmul, inp
+    inp = Q.make_inputs_quant_matmul(dict(M=5, K=1000, N=300), dtype=bf, device="cuda")
+    inp["weight_int8"] = inp["weight_int8"].contiguous()                          # row-major [K, N]
+    yield "quant_matmul row-major weight", Q.quant_matmul, inp
+    for T in (1, 5, 130):
+        for K in (7168, 1536, 20000):
+            g = torch.Generator().manual_seed(T + K)
+            yield (f"dynamic_quant T{T} K{K}", Q.dynamic_quant,
+                   Q.make_inputs_dynamic_quant(dict(T=T, K=K), dtype=bf, device="cuda", generator=g))
+            yield (f"rms_norm_dynamic_quant T{T} H{K}", Q.rms_norm_dynamic_quant,
+                   Q.make_inputs_rms_norm_dynamic_quant(dict(T=T, H=K), dtype=bf, device="cuda", generator=g))
+    for T in (1, 17, 300):
+        for dt in (bf, torch.float32):
+            yield (f"moe_gating_top_k T{T} {dt}", G.moe_gating_top_k,
+                   G.make_inputs(dict(T=T), dtype=dt, device="cuda", generator=torch.Generator().manual_seed(T)))
+    for mode in MP.MODES:
+        for T in (1, 5, 33, 130):
+            shape = dict(T=T, N=8, He=256, Hcq=192, block_size=16, mode=mode)
+            yield (f"mla_prolog {mode} T{T}", MP.mla_prolog,
+                   MP.make_inputs(shape, dtype=bf, device="cuda", generator=torch.Generator().manual_seed(T)))
+    for mode in ("bf16", "a8w8"):                                                     # the DeepSeek-V3 tiles
+        for T in (1, 32):
+            shape = dict(T=T, N=128, He=7168, Hcq=1536, mode=mode)
+            yield (f"mla_prolog {mode} T{T} N128 DeepSeek", MP.mla_prolog,
+                   MP.make_inputs(shape, dtype=bf, device="cuda", generator=torch.Generator().manual_seed(T)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--budget-s", type=float, default=400.0, help="stop starting new cases after this many seconds")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    n = skipped = 0
+    with ops.backend("triton"):
+        for name, fn, inp in cases():
+            if time.perf_counter() - t0 > args.budget_s:
+                skipped += 1
+                continue
+            fn(**inp)
+            torch.cuda.synchronize()
+            n += 1
+            print(f"[{time.perf_counter() - t0:6.1f}s] ok  {name}", flush=True)
+    print(f"{n} cases ran, {skipped} skipped (budget {args.budget_s:.0f} s)", flush=True)
+    return 0 if skipped == 0 else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
