@@ -270,7 +270,8 @@ round55)  # session 9: host-side changes only (scalar checks, torch.ops docs, pe
   step perf_smoke 90 python3 -m perf --device cuda --quick --ops moe_gating_top_k,quant_matmul,amla --shapes deepseek_v3_T1,qkv_a_M1,b64_sq1_n16_l4096 --no-layer --out "$OUT/perf_smoke"
   ;;
 round56)  # session 9: every Triton kernel under compute-sanitizer memcheck (exact-size allocations)
-  step sanitize 500 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --budget-s 420
+  step sanitize_self_test 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 5 python3 tests/gpu/sanitize.py --self-test
+  step sanitize 440 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --budget-s 380
   ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py

@@ -65,10 +65,32 @@ def cases():
                    MP.make_inputs(shape, dtype=bf, device="cuda", generator=torch.Generator().manual_seed(T)))
 
 
+def self_test() -> None:
+    """The negative control: a Triton kernel that reads one element past its input's end. Under memcheck this
+    must be reported (exit 9); if it is not, a clean run of the cases proves nothing."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _read_past_end(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i <= n, other=0.0), mask=i < n)   # i == n: one past the end
+
+    x = torch.randn(1000, device="cuda")
+    y = torch.empty_like(x)
+    _read_past_end[(1,)](x, y, x.numel(), BLOCK=1024)
+    torch.cuda.synchronize()
+    print("self-test kernel ran (memcheck must report an invalid global read above)", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budget-s", type=float, default=400.0, help="stop starting new cases after this many seconds")
+    ap.add_argument("--self-test", action="store_true", help="only run the out-of-bounds negative control")
     args = ap.parse_args()
+    if args.self_test:
+        self_test()
+        return 0
     t0 = time.perf_counter()
     n = skipped = 0
     with ops.backend("triton"):
