@@ -8,12 +8,14 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 gives every tensor its own cudaMalloc, so memch
 (with the caching allocator an access past a tensor usually lands in another block of the same segment and goes
 unseen). The cases cover each op's launch buckets (gemv_stream, the small-M tile, split-K with the in-kernel
 reduction, swap-AB, the multi-sweep quant rows, every AMLA tile with KV splits and both merges, every mla_prolog
-mode with skipped cache slots), on exactly sized tensors. Outputs are not compared here (tests/gpu/check_*.py do
+mode with skipped cache slots), on exactly sized tensors, plus caller errors run with the eager checks off (an
+out-of-range used page id, cache_index ids past the cache: :func:`caller_errors`). Outputs are not compared here (tests/gpu/check_*.py do
 that); a failed launch raises. Exit status: compute-sanitizer's (9 on any memcheck error), else this script's.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -58,6 +60,7 @@ def cases():
             shape = dict(T=T, N=8, He=256, Hcq=192, block_size=16, mode=mode)
             yield (f"mla_prolog {mode} T{T}", MP.mla_prolog,
                    MP.make_inputs(shape, dtype=bf, device="cuda", generator=torch.Generator().manual_seed(T)))
+    yield from caller_errors()
     for mode in ("bf16", "a8w8"):                                                     # the DeepSeek-V3 tiles
         for T in (1, 32):
             shape = dict(T=T, N=128, He=7168, Hcq=1536, mode=mode)
@@ -83,6 +86,32 @@ def self_test() -> None:
     print("self-test kernel ran (memcheck must report an invalid global read above)", flush=True)
 
 
+def caller_errors():
+    """Inputs the eager checks refuse, run with the checks off (DS_OPS_CHECKS=0, as under CUDA graphs): a used
+    block_table entry outside [0, num_blocks) (the kernel redirects it to page 0, flat and per-key addressing) and
+    cache_index ids ≥ num_blocks·block_size (never written). Nothing may be read or written outside the tensors."""
+    from ops.triton import amla as TA
+    bf = torch.bfloat16
+    for flat in (True, False):
+        for bad in (-7, 10 ** 6):
+            inp = A.make_inputs(dict(B=2, S_q=1, N=16, seq_lens=[200, 90], block_size=64), dtype=bf, device="cuda",
+                                generator=torch.Generator().manual_seed(1))
+            inp["block_table"][0, 1] = bad
+            args = [inp[k] for k in ("q_nope", "q_rope", "kv_cache", "kr_cache", "block_table", "seq_lens")]
+            yield (f"amla used page id {bad} (flat {flat}, checks off)",
+                   lambda *a, flat=flat, **k: TA.amla_variant(*a, config={"flat": flat}, **k),
+                   dict(q_nope=args[0], q_rope=args[1], kv_cache=args[2], kr_cache=args[3], block_table=args[4],
+                        seq_lens=args[5], softmax_scale=inp["softmax_scale"], causal=True))
+    for mode in ("bf16", "a8w8_c8"):
+        inp = MP.make_inputs(dict(T=9, N=8, He=256, Hcq=192, block_size=16, mode=mode), dtype=bf, device="cuda",
+                             generator=torch.Generator().manual_seed(2))
+        slots = inp["kv_cache"].shape[0] * inp["kv_cache"].shape[1]
+        ci = inp["cache_index"].clone()
+        ci[0], ci[3], ci[5] = slots, slots + 7, 2 ** 40
+        inp["cache_index"] = ci
+        yield f"mla_prolog {mode} cache_index ≥ slots (checks off)", MP.mla_prolog, inp
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budget-s", type=float, default=400.0, help="stop starting new cases after this many seconds")
@@ -91,6 +120,7 @@ def main() -> int:
     if args.self_test:
         self_test()
         return 0
+    os.environ["DS_OPS_CHECKS"] = "0"      # caller_errors() runs what the eager checks would refuse
     t0 = time.perf_counter()
     n = skipped = 0
     with ops.backend("triton"):
