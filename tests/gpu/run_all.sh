@@ -273,6 +273,9 @@ round56)  # session 9: every Triton kernel under compute-sanitizer memcheck (exa
   step sanitize_self_test 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 5 python3 tests/gpu/sanitize.py --self-test
   step sanitize 440 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --budget-s 380
   ;;
+round57)  # session 9: the same cases under compute-sanitizer initcheck (a read of device memory nothing wrote)
+  step initcheck 500 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool initcheck --error-exitcode 9 --print-limit 20 python3 tests/gpu/sanitize.py --budget-s 420
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
