@@ -337,6 +337,8 @@ def make_inputs(shape: dict, *, dtype: torch.dtype = torch.bfloat16, device="cpu
     T = math.prod(lead)
     N, He, Hcq = shape["N"], shape["He"], shape["Hcq"]
     Hckv, D, Dr = shape.get("Hckv", 512), shape.get("D", 128), shape.get("Dr", 64)
+    if Dr % 2:
+        raise ValueError(f"make_inputs: Dr (the rope dim) must be even (RoPE rotates pairs), got {Dr}")
     bs = shape.get("block_size", 128)
     nb = shape.get("num_blocks", max(1, -(-2 * T // bs)))
     eps = shape.get("eps", 1e-5)

@@ -939,3 +939,15 @@ def test_rounded_c_compensation_matches_blockwise_emulation_in_fp32(monkeypatch)
     want = want[0].double()
     rel = ((got - want).abs().max() / want.abs().max()).item()
     assert rel < 2e-5, rel
+
+
+def test_supports_reason_names_the_dims_the_caller_passed(gen):
+    """Fuzzing finding (session 9): kv_lora_rank 576 was reported as "kv_lora_rank / 4 ... got 144"."""
+    q_nope, q_rope, kv, kr, bt, sl = make(1, 1, 2, [20], gen)
+    for dc, ok in ((576, False), (520, False), (32, False), (64, True), (128, True)):
+        why = tri.supports_reason(q_nope[..., :1].expand(1, 1, 2, dc), q_rope, kv[..., :1].expand(*kv.shape[:3], dc),
+                                  kr, bt, sl, SCALE, True)
+        assert (why is None) == ok, (dc, why)
+        if not ok:
+            assert f"got {dc}" in why and "kv_lora_rank" in why, why
+    assert "got 24" in tri.supports_reason(q_nope, q_rope[..., :24], kv, kr[..., :24], bt, sl, SCALE, True)

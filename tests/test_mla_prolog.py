@@ -652,3 +652,9 @@ def test_make_inputs_fresh_and_valid():
     v = idx[idx >= 0]
     assert len(v.unique()) == len(v) and (idx == -1).any() or len(idx) < 8
     M._check(**a)
+
+
+def test_make_inputs_refuses_an_odd_rope_dim():
+    """Fuzzing finding (session 9): an odd Dr failed in a raw reshape instead of naming Dr."""
+    with pytest.raises(ValueError, match="Dr .* must be even"):
+        M.make_inputs(dict(T=2, N=1, He=16, Hcq=16, Hckv=16, D=16, Dr=5, block_size=4))

@@ -1554,3 +1554,10 @@ def test_gemv_stream_unsplit_three_and_four_rows(M, pf, gen):
     assert T.plan_quant_matmul(M, 40, 300, torch.device("cpu"), cfg, backend_key="cuda")["SPLIT_K"] == 1
     out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+
+
+def test_row_config_block_m_must_be_a_power_of_two(gen):
+    """Fuzzing finding (session 9): block_m 3 crashed inside the interpreter (arange of 3); now a ValueError."""
+    x = torch.randn(4, 64, generator=gen).half()
+    with pytest.raises(ValueError, match="block_m must be a power of two"):
+        T.dynamic_quant_config(x, config=dict(max_block_k=64, block_m=3, num_warps=1, grid_cap=0))

@@ -705,15 +705,15 @@ def supports_reason(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, s
                 f"{kv_cache.shape[1]}")
     if kv_cache.shape[2] != 1 or kr_cache.shape[2] != 1:
         return "the kernel supports one latent KV head"
-    for name, d in (("kv_lora_rank / 4", kv_cache.shape[-1] // 4), ("rope dim", kr_cache.shape[-1])):
-        if d < 16 or d & (d - 1):
-            return f"{name} must be a power of two ≥ 16 for the Triton kernel, got {d}"
-    if kv_cache.shape[-1] % 4:
-        return f"kv_lora_rank must be a multiple of 4 (4 column chunks), got {kv_cache.shape[-1]}"
+    Dc, Dr = kv_cache.shape[-1], kr_cache.shape[-1]
+    if Dc % 4 or Dc < 64 or (Dc // 4) & (Dc // 4 - 1):      # 4 column chunks, each a power of two ≥ 16
+        return f"kv_lora_rank (Dc) must be 4·2^n ≥ 64 for the Triton kernel (64, 128, 256, 512, ...), got {Dc}"
+    if Dr < 16 or Dr & (Dr - 1):
+        return f"the rope dim (Dr) must be a power of two ≥ 16 for the Triton kernel, got {Dr}"
     if q_nope.shape[-1] != kv_cache.shape[-1] or q_rope.shape[-1] != kr_cache.shape[-1]:
         return "query and cache head dims differ"
     if block_table.dtype not in (torch.int32, torch.int64) or seq_lens.dtype not in (torch.int32, torch.int64):
-        return "block_table and seq_lens must be int32 (or int64)"
+        return "block_table and seq_lens must be int32 (ds::amla takes int32; this launcher also reads int64)"
     return None
 
 

@@ -367,6 +367,8 @@ def _make_row_launch(cfg: dict, M: int, K: int) -> tuple:
     block_k = min(kp, int(cfg["max_block_k"]))
     single = kp <= int(cfg["max_block_k"])
     bm = int(cfg["block_m"]) if "block_m" in cfg else int(cfg["tile_elems"]) // block_k
+    if "block_m" in cfg and (bm < 1 or bm & (bm - 1)):
+        raise ValueError(f"config block_m must be a power of two ≥ 1 (a Triton block), got {bm}")
     block_m = max(1, min(bm, _np2(max(M, 1)), 64))
     n_blocks = _cdiv(M, block_m)
     return (block_m, block_k, single, _grid(n_blocks, int(cfg.get("grid_cap", 0))), int(cfg["num_warps"]),
