@@ -43,9 +43,10 @@ class BackendUnavailable(RuntimeError):
 # ----------------------------------------------------------------------------------------------
 # backend switch
 # ----------------------------------------------------------------------------------------------
-def _validate_backend(name: str) -> str:
+def _validate_backend(name: str, what: str = "backend") -> str:
+    """``name`` if it is one of BACKENDS, else ValueError naming ``what`` (the argument or the variable)."""
     if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+        raise ValueError(f"{what} must be one of {BACKENDS}, got {name!r}")
     return name
 
 
@@ -55,10 +56,7 @@ def current_backend() -> str:
     stack = getattr(_local, "stack", None)
     if stack:
         return stack[-1]
-    env = os.environ.get(_ENV_BACKEND, "auto") or "auto"
-    if env not in BACKENDS:
-        raise ValueError(f"environment variable {_ENV_BACKEND} must be one of {BACKENDS}, got {env!r}")
-    return env
+    return _validate_backend(os.environ.get(_ENV_BACKEND, "auto") or "auto", f"environment variable {_ENV_BACKEND}")
 
 
 @contextlib.contextmanager
@@ -156,8 +154,8 @@ def check_tensor(name: str, t: Any, *, dtypes: Sequence[torch.dtype] | None = No
 
 def check_finite_float(name: str, v: Any, *, nonneg: bool = False) -> None:
     """Raise TypeError unless ``v`` is a real number (bools refused; numpy scalars accepted), ValueError unless it
-    is finite (and >= 0 with ``nonneg``). A SymFloat (torch.compile tracing) is not checked: its value is not
-    known here. The one scalar check of every op (softmax_scale, epsilons, routed_scaling_factor, eps)."""
+    is finite (and >= 0 with ``nonneg``: the epsilons). A SymFloat (torch.compile tracing) is not checked: its
+    value is not known here. The one scalar check of every op (softmax_scale, epsilons, routed_scaling_factor, eps)."""
     if isinstance(v, torch.SymFloat):
         return
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
@@ -166,11 +164,6 @@ def check_finite_float(name: str, v: Any, *, nonneg: bool = False) -> None:
         raise ValueError(f"{name} must be finite, got {v!r}")
     if nonneg and not v >= 0:
         raise ValueError(f"{name} must be a finite float >= 0, got {v!r}")
-
-
-def check_nonneg_float(name: str, v: Any) -> None:
-    """:func:`check_finite_float` with ``nonneg``: a finite real >= 0 (epsilons)."""
-    check_finite_float(name, v, nonneg=True)
 
 
 # ----------------------------------------------------------------------------------------------

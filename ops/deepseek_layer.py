@@ -405,7 +405,7 @@ def _check_steps(layers: Sequence[DeepseekV3DecodeLayer], x: torch.Tensor, cache
                          "no key written)")
     for layer in layers:
         _check_layer_cache(layer.layer_idx, cache)
-    _check_input(x, cache, layers[0].cfg.hidden_size if layers else None)
+    _check_input(x, cache, layers[0].cfg.hidden_size)
     capacity = cache.block_table.shape[1] * cache.block_size
     if cache.batch and int(cache.seq_lens.max()) + tokens > capacity:
         raise RuntimeError(f"a request outgrows its {cache.block_table.shape[1]} pages: {int(cache.seq_lens.max())} "

@@ -17,7 +17,7 @@ from reference.deepseek import rope_sin_cos
 
 from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 
-from ._library import DsOp, Kernel, OpSpec, check_nonneg_float, check_tensor, checks_enabled
+from ._library import DsOp, Kernel, OpSpec, check_finite_float, check_tensor, checks_enabled
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 F32 = (torch.float32,)
@@ -83,8 +83,8 @@ def _check_static(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rm
     check_tensor("kv_cache", kv_cache, shape=(nb, bs, 1, Hckv))
     check_tensor("kr_cache", kr_cache, shape=(nb, bs, 1, Dr))
     check_tensor("cache_index", cache_index, dtypes=(torch.int64,), shape=lead)
-    check_nonneg_float("rmsnorm_epsilon_cq", rmsnorm_epsilon_cq)
-    check_nonneg_float("rmsnorm_epsilon_ckv", rmsnorm_epsilon_ckv)
+    check_finite_float("rmsnorm_epsilon_cq", rmsnorm_epsilon_cq, nonneg=True)
+    check_finite_float("rmsnorm_epsilon_ckv", rmsnorm_epsilon_ckv, nonneg=True)
     dev = token_x.device
     for name, t in (("weight_dq", weight_dq), ("weight_uq_qr", weight_uq_qr), ("weight_uk", weight_uk),
                     ("weight_dkv_kr", weight_dkv_kr), ("rmsnorm_gamma_cq", rmsnorm_gamma_cq),

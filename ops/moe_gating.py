@@ -6,7 +6,6 @@ golden semantics; docs/ops/moe_gating.md explains them.
 """
 from __future__ import annotations
 
-
 import torch
 
 from reference import moe_gating as _ref

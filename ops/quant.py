@@ -22,7 +22,7 @@ from reference.quant import (  # noqa: F401  (offline helpers, re-exported)
     fp8_block_dequant, fractal_nz, fractal_nz_to_nd, pack_weight, quantize_weight_per_channel, smoothquant_scales,
 )
 
-from ._library import DsOp, Kernel, OpSpec, check_nonneg_float, check_tensor
+from ._library import DsOp, Kernel, OpSpec, check_finite_float, check_tensor
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -133,7 +133,7 @@ def _check_rms_norm_dynamic_quant(x, gamma, *, epsilon=1e-6, residual=None, smoo
         raise ValueError(f"x must have shape [..., H] with H >= 1, got {list(x.shape)}")
     H = x.shape[-1]
     _check_vec("gamma", gamma, H, "H = x.shape[-1]", _FLOATS, x.device)
-    check_nonneg_float("epsilon", epsilon)
+    check_finite_float("epsilon", epsilon, nonneg=True)
     if residual is not None:
         check_tensor("residual", residual, dtypes=(x.dtype,))
         if residual.shape != x.shape:

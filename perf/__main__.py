@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import functools
 import gc
-import json
 import math
 import os
 import shlex
@@ -119,14 +118,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if dev.type == "cuda" and not torch.cuda.is_available():
             ap.error("--device cuda: this torch sees no CUDA device (torch.cuda.is_available() is False)")
     for d in args.merge or ():   # every part must be a report (a directory with results.json, or the file itself)
-        path = os.path.join(d, "results.json") if os.path.isdir(d) else d
+        from .report import load_json, results_path
         try:
-            with open(path) as f:
-                js = json.load(f)
+            js = load_json(d)
         except (OSError, ValueError) as e:
             ap.error(f"--merge {d!r}: no readable results.json ({getattr(e, 'strerror', None) or e})")
         if not isinstance(js, dict) or not isinstance(js.get("rows"), list):
-            ap.error(f"--merge {d!r}: {path} is not a perf report (no 'rows' list)")
+            ap.error(f"--merge {d!r}: {results_path(d)} is not a perf report (no 'rows' list)")
     try:        # fail now, not after a long run, if the results cannot be written (repro_check passes os.devnull)
         if args.out != os.devnull:
             os.makedirs(args.out, exist_ok=True)

@@ -174,10 +174,14 @@ def write_all(rows: Sequence[dict], meta: dict, layer: dict, notes: list[str], o
           + (f" ({meta['elapsed_s']} s)" if meta.get("elapsed_s") is not None else ""), flush=True)
 
 
+def results_path(path: str) -> str:
+    """A report's results.json: ``path`` itself, or the results.json in it when it is a folder."""
+    return os.path.join(path, "results.json") if os.path.isdir(path) else path
+
+
 def load_json(path: str) -> dict:
-    if os.path.isdir(path):
-        path = os.path.join(path, "results.json")
-    with open(path) as f:
+    """The parsed results.json of a report (``path``: the file or its folder)."""
+    with open(results_path(path)) as f:
         return json.load(f)
 
 

@@ -73,8 +73,8 @@ def repro_check(path: str, *, n: int = 8, seed: int = 0, rows: Sequence[str] = (
     summary.md; extra_ops: OpEntry rows that are not registered ops (tests). Returns one dict per re-run row
     (op, backend, shape, report_p50 and rerun_p50 in µs, delta_pct, tol_pct, within, detail, repro, seconds).
     Raises FileNotFoundError for a missing report. See the module docstring for the tolerance."""
-    from .report import load_json
-    jpath = os.path.join(path, "results.json") if os.path.isdir(path) else path
+    from .report import load_json, results_path
+    jpath = results_path(path)
     js = load_json(jpath)
     if ceilings is None:
         from .peaks import Ceiling
