@@ -97,11 +97,8 @@ def caller_errors():
             inp = A.make_inputs(dict(B=2, S_q=1, N=16, seq_lens=[200, 90], block_size=64), dtype=bf, device="cuda",
                                 generator=torch.Generator().manual_seed(1))
             inp["block_table"][0, 1] = bad
-            args = [inp[k] for k in ("q_nope", "q_rope", "kv_cache", "kr_cache", "block_table", "seq_lens")]
             yield (f"amla used page id {bad} (flat {flat}, checks off)",
-                   lambda *a, flat=flat, **k: TA.amla_variant(*a, config={"flat": flat}, **k),
-                   dict(q_nope=args[0], q_rope=args[1], kv_cache=args[2], kr_cache=args[3], block_table=args[4],
-                        seq_lens=args[5], softmax_scale=inp["softmax_scale"], causal=True))
+                   lambda flat=flat, **k: TA.amla_variant(config={"flat": flat}, **k), inp)
     for mode in ("bf16", "a8w8_c8"):
         inp = MP.make_inputs(dict(T=9, N=8, He=256, Hcq=192, block_size=16, mode=mode), dtype=bf, device="cuda",
                              generator=torch.Generator().manual_seed(2))
