@@ -276,6 +276,9 @@ round56)  # session 9: every Triton kernel under compute-sanitizer memcheck (exa
 round57)  # session 9: the same cases under compute-sanitizer initcheck (a read of device memory nothing wrote)
   step initcheck 500 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool initcheck --error-exitcode 9 --print-limit 20 python3 tests/gpu/sanitize.py --budget-s 420
   ;;
+round58)  # session 10: programmatic dependent launch for the decode quant_matmul launches, A/B against the table
+  step pdl_ab 420 python3 perf/bench_pdl_ab.py --rounds 3 --out "$OUT/pdl_ab.md"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""A/B of programmatic dependent launch (bucket key ``pdl``) for the decode ``quant_matmul`` launches on the GPU:
+the "cuda" table's bucket as it is against the same bucket with ``pdl`` on and with it off, timed by CUDA-graph
+replay of back-to-back calls (weights rotated past 2× L2, so every call streams its weights from HBM), and
+checked bit for bit against each other, eager and replayed, and against the reference.
+
+    python3 perf/bench_pdl_ab.py [--out FILE] [--rounds 3] [--shapes qkv_a_M16,q_b_M128]
+
+Rounds alternate the candidates so that drift hits all of them alike; the table reports each one's median.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from ops.triton import quant as TQ  # noqa: E402
+from perf.peaks import copy_tbs  # noqa: E402
+from perf.timers import graph_time_us  # noqa: E402
+from reference import quant as RQ  # noqa: E402
+
+GEMMS = {"qkv_a": (7168, 2112), "q_b": (1536, 24576), "moe_gate": (7168, 2048)}
+SHAPES = [f"{g}_M{m}" for g in GEMMS for m in (1, 2, 4, 16, 64, 128)]
+L2_BYTES = 50 * 2**20
+
+
+def _inputs(M: int, K: int, N: int, dev: torch.device, g: torch.Generator):
+    ncopies = max(2, min(16, -(-2 * L2_BYTES // (K * N)) + 1))
+    sets = []
+    for _ in range(ncopies):
+        w = RQ.pack_weight(torch.randint(-127, 128, (K, N), generator=g, device=dev, dtype=torch.int8), "cuda")
+        x = torch.randint(-127, 128, (M, K), generator=g, device=dev, dtype=torch.int8)
+        sets.append((x, w, torch.rand(N, generator=g, device=dev) * 1e-4, torch.rand(M, generator=g, device=dev) * 1e-2))
+    return sets
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    a = ap.parse_args()
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    copy = copy_tbs(dev)
+    cfg = TQ._all_configs()["cuda"]["quant_matmul"]
+    lines = [f"# quant_matmul PDL A/B ({torch.cuda.get_device_name()}, torch {torch.__version__}, "
+             f"copy {copy:.2f} TB/s)", "",
+             f"Command: `python3 perf/bench_pdl_ab.py --rounds {a.rounds} --shapes {a.shapes}`. µs per call, CUDA-graph "
+             "replay of 20 back-to-back calls over rotated weights, median of the rounds; % = weight bytes / time "
+             "against the copy rate.", "",
+             "| shape | bucket | table | pdl off | pdl on | pdl on % of copy | bit-identical (eager, graph) | = reference |",
+             "|---|---|---|---|---|---|---|---|"]
+    bad = 0
+    for name in a.shapes.split(","):
+        gemm, m = name.rsplit("_M", 1)
+        K, N = GEMMS[gemm]
+        M = int(m)
+        b = dict(TQ._bucket(M, cfg, N, K))
+        cands = {"table": None, "off": dict(b, pdl=False), "on": dict(b, pdl=True)}
+        sets = _inputs(M, K, N, dev, g)
+        outs = {c: [TQ.quant_matmul_config(*s, config=cfg_) for s in sets] for c, cfg_ in cands.items()}
+        same = all(torch.equal(u, v) for c in cands for u, v in zip(outs["table"], outs[c]))
+        # the same calls replayed back to back in one graph: PDL overlaps each call with the one before it
+        gouts = {}
+        for c, cfg_ in cands.items():
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                TQ.quant_matmul_config(*sets[0], config=cfg_)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                res = [TQ.quant_matmul_config(*s, config=cfg_) for s in sets]
+            for r in res:
+                r.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            gouts[c] = res
+        same_g = all(torch.equal(u, v) for c in cands for u, v in zip(outs["table"], gouts[c]))
+        x, w, ws, xs = sets[0]
+        ref = RQ.quant_matmul(x.cpu(), w.cpu(), ws.cpu(), xs.cpu())
+        ref_ok = torch.equal(outs["on"][0].cpu(), ref)
+        bad += (not same) + (not same_g) + (not ref_ok)
+        times = {c: [] for c in cands}
+        for _ in range(a.rounds):
+            for c, cfg_ in cands.items():
+                fns = [lambda s=s, cfg_=cfg_: TQ.quant_matmul_config(*s, config=cfg_) for s in sets]
+                times[c].append(graph_time_us(fns, calls=20, replays=10).p50_us)
+        med = {c: statistics.median(v) for c, v in times.items()}
+        pct = 100 * K * N / (med["on"] * 1e-6) / (copy * 1e12)
+        tag = f"{b.get('mma', 'dot')} {b['BLOCK_M']}x{b['BLOCK_N']}x{b['BLOCK_K']}"
+        lines.append(f"| {name} | {tag} | {med['table']:.2f} | {med['off']:.2f} | {med['on']:.2f} | {pct:.0f} % | "
+                     f"{same}, {same_g} | {ref_ok} |")
+        print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    print(text)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
