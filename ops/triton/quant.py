@@ -1136,7 +1136,7 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     if dev.type == "cuda":
         launch["num_stages"] = int(plan["num_stages"])
     if pdl_launch(dev, bool(plan.get("pdl", False))):
-        launch.update(launch_pdl=True, PDL=True, PF_LINES=_pf_lines(bn, k_per))
+        launch.update(launch_pdl=True, PDL=True, PF_LINES=_pf_lines(bn, k_per) if plan.get("pdl_prefetch", True) else 0)
     _qmm_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt,
                          M, N, K, k_per, sk,
                          x_int8.stride(0), weight_int8.stride(0), weight_int8.stride(1), out.stride(0),
@@ -1223,7 +1223,8 @@ def _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, p
     if dev.type == "cuda":
         launch["num_stages"] = int(plan.get("num_stages", 1))
     if pdl_launch(dev, bool(plan.get("pdl", False))):
-        launch.update(launch_pdl=True, PDL=True, PF_LINES=_pf_lines(bn, k_per) if weight_int8.stride(0) == 1 else 0)
+        pf = weight_int8.stride(0) == 1 and plan.get("pdl_prefetch", True)
+        launch.update(launch_pdl=True, PDL=True, PF_LINES=_pf_lines(bn, k_per) if pf else 0)
     _qmm_gemv_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt,
                               M, N, K // u, k_per // u, sk,
                               x_int8.stride(0) // u if (M > 1 or x_int8.stride(0) % u == 0) else 0,

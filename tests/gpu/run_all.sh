@@ -279,6 +279,9 @@ round57)  # session 9: the same cases under compute-sanitizer initcheck (a read 
 round58)  # session 10: programmatic dependent launch for the decode quant_matmul launches, A/B against the table
   step pdl_ab 420 python3 perf/bench_pdl_ab.py --rounds 3 --out "$OUT/pdl_ab.md"
   ;;
+round59)  # session 10: does PDL overlap here (eager / graph), and the qmm PDL variants with and without the prefetch
+  step pdl_probe 200 python3 tests/gpu/pdl_probe.py
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
