@@ -58,21 +58,23 @@ def main():
               f"graph {graph_time_us([f], calls=20, replays=10).p50_us:.2f} us/call", flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
     cfg = TQ._all_configs()["cuda"]["quant_matmul"]
-    for K, N, M in ((7168, 2112, 16), (7168, 2112, 1), (7168, 2112, 128), (1536, 24576, 16)):
+    only = sys.argv[1] if len(sys.argv) > 1 else "all"
+    for K, N, M, stages in ((7168, 2112, 16, (8, 5, 4, 3)), (1536, 24576, 16, (5, 3, 2)), (7168, 2112, 64, (5, 3)),
+                            (7168, 2112, 128, (4, 3)), (7168, 2112, 2, (1,)), (7168, 2112, 1, (1,))):
         sets = []
         for _ in range(max(2, min(16, -(-100 * 2**20 // (K * N)) + 1))):
             w = RQ.pack_weight(torch.randint(-127, 128, (K, N), generator=g, device="cuda", dtype=torch.int8), "cuda")
             sets.append((torch.randint(-127, 128, (M, K), generator=g, device="cuda", dtype=torch.int8), w,
                          torch.rand(N, generator=g, device="cuda"), torch.rand(M, generator=g, device="cuda")))
         b = dict(TQ._bucket(M, cfg, N, K))
-        for name, c in (("table", None), ("pdl+prefetch", dict(b, pdl=True)),
-                        ("pdl", dict(b, pdl=True, pdl_prefetch=False))):
-            fns = [lambda s=s, c=c: TQ.quant_matmul_config(*s, config=c) for s in sets]
-            for f in fns:
-                f()
-            fns20 = (fns * 20)[:20]
-            ge = graph_time_us(fns, calls=20, replays=10).p50_us
-            print(f"M{M} K{K} N{N} {name:13s}: graph {ge:.2f} us, eager-queued {eager_us(fns20):.2f} us", flush=True)
+        ref = [TQ.quant_matmul_config(*s) for s in sets]
+        for st in stages:
+            for name, c in (("table", dict(b, num_stages=st)), ("pdl+prefetch", dict(b, pdl=True, num_stages=st)),
+                            ("pdl", dict(b, pdl=True, pdl_prefetch=False, num_stages=st))):
+                fns = [lambda s=s, c=c: TQ.quant_matmul_config(*s, config=c) for s in sets]
+                same = all(torch.equal(f(), r) for f, r in zip(fns, ref))
+                ge = statistics.median(graph_time_us(fns, calls=20, replays=10).p50_us for _ in range(3))
+                print(f"M{M} K{K} N{N} s{st} {name:13s}: graph {ge:.2f} us  same={same}", flush=True)
 
 
 if __name__ == "__main__":
