@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""A/B of programmatic dependent launch (bucket key ``pdl``) for the decode ``quant_matmul`` launches on the GPU:
-the "cuda" table's bucket as it is against the same bucket with ``pdl`` on and with it off, timed by CUDA-graph
-replay of back-to-back calls (weights rotated past 2× L2, so every call streams its weights from HBM), and
-checked bit for bit against each other, eager and replayed, and against the reference.
+"""A/B of decode ``quant_matmul`` bucket overrides on the GPU, e.g. programmatic dependent launch (``pdl``) or
+another ``num_stages``: the "cuda" table's bucket as it is against the same bucket with each override, timed by
+CUDA-graph replay of back-to-back calls (weights rotated past 2× L2, so every call streams its weights from HBM),
+and checked bit for bit against each other, eager and replayed, and against the reference.
 
     python3 perf/bench_pdl_ab.py [--out FILE] [--rounds 3] [--shapes qkv_a_M16,q_b_M128]
+                                 [--cands 'pdl=pdl:1;s3=num_stages:3']
 
 Rounds alternate the candidates so that drift hits all of them alike; the table reports each one's median.
 """
@@ -19,13 +20,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
+from ops.quant import QUANT_MATMUL_KN  # noqa: E402
 from ops.triton import quant as TQ  # noqa: E402
 from perf.peaks import copy_tbs  # noqa: E402
 from perf.timers import graph_time_us  # noqa: E402
 from reference import quant as RQ  # noqa: E402
 
-GEMMS = {"qkv_a": (7168, 2112), "q_b": (1536, 24576), "moe_gate": (7168, 2048)}
-SHAPES = [f"{g}_M{m}" for g in GEMMS for m in (1, 2, 4, 16, 64, 128)]
+GEMMS = QUANT_MATMUL_KN
+SHAPES = [f"{g}_M{m}" for g in GEMMS for m in (1, 2, 16, 64, 128)]
 L2_BYTES = 50 * 2**20
 
 
@@ -39,64 +41,79 @@ def _inputs(M: int, K: int, N: int, dev: torch.device, g: torch.Generator):
     return sets
 
 
+def _parse_cands(text: str) -> dict:
+    """'name=key:value,key:value;...' → {name: {key: int value}} (bucket overrides)."""
+    cands = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, _, kvs = part.partition("=")
+        cands[name.strip()] = {k.strip(): int(v) for k, v in (kv.split(":") for kv in kvs.split(","))}
+    return cands
+
+
+def _graph_outputs(sets, config):
+    """The calls over ``sets`` captured in one CUDA graph, outputs NaN-poisoned, replayed once."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        TQ.quant_matmul_config(*sets[0], config=config)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        res = [TQ.quant_matmul_config(*s, config=config) for s in sets]
+    for r in res:
+        r.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--cands", default="pdl=pdl:1",
+                    help="name=key:value,key:value;... bucket overrides (ints, 0/1 for booleans) timed beside the table")
     a = ap.parse_args()
+    over = _parse_cands(a.cands)
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     copy = copy_tbs(dev)
     cfg = TQ._all_configs()["cuda"]["quant_matmul"]
-    lines = [f"# quant_matmul PDL A/B ({torch.cuda.get_device_name()}, torch {torch.__version__}, "
+    names = ["table"] + list(over)
+    lines = [f"# quant_matmul bucket A/B ({torch.cuda.get_device_name()}, torch {torch.__version__}, "
              f"copy {copy:.2f} TB/s)", "",
-             f"Command: `python3 perf/bench_pdl_ab.py --rounds {a.rounds} --shapes {a.shapes}`. µs per call, CUDA-graph "
-             "replay of 20 back-to-back calls over rotated weights, median of the rounds; % = weight bytes / time "
-             "against the copy rate.", "",
-             "| shape | bucket | table | pdl off | pdl on | pdl on % of copy | bit-identical (eager, graph) | = reference |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"Command: `python3 perf/bench_pdl_ab.py --rounds {a.rounds} --shapes {a.shapes} --cands '{a.cands}'`. "
+             "µs per call, CUDA-graph replay of 20 back-to-back calls over rotated weights, median of the rounds; "
+             "(%) = weight bytes / time against the copy rate.", "",
+             "| shape | bucket | " + " | ".join(names) + " | bit-identical (eager, graph) | = reference |",
+             "|---|---|" + "---|" * len(names) + "---|---|"]
     bad = 0
     for name in a.shapes.split(","):
         gemm, m = name.rsplit("_M", 1)
         K, N = GEMMS[gemm]
         M = int(m)
         b = dict(TQ._bucket(M, cfg, N, K))
-        cands = {"table": None, "off": dict(b, pdl=False), "on": dict(b, pdl=True)}
+        cands = {"table": None, **{n: dict(b, **o) for n, o in over.items()}}
         sets = _inputs(M, K, N, dev, g)
         outs = {c: [TQ.quant_matmul_config(*s, config=cfg_) for s in sets] for c, cfg_ in cands.items()}
         same = all(torch.equal(u, v) for c in cands for u, v in zip(outs["table"], outs[c]))
-        # the same calls replayed back to back in one graph: PDL overlaps each call with the one before it
-        gouts = {}
-        for c, cfg_ in cands.items():
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                TQ.quant_matmul_config(*sets[0], config=cfg_)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                res = [TQ.quant_matmul_config(*s, config=cfg_) for s in sets]
-            for r in res:
-                r.fill_(float("nan"))
-            graph.replay()
-            torch.cuda.synchronize()
-            gouts[c] = res
-        same_g = all(torch.equal(u, v) for c in cands for u, v in zip(outs["table"], gouts[c]))
+        same_g = all(torch.equal(u, v) for c, cfg_ in cands.items()
+                     for u, v in zip(outs["table"], _graph_outputs(sets, cfg_)))
         x, w, ws, xs = sets[0]
-        ref = RQ.quant_matmul(x.cpu(), w.cpu(), ws.cpu(), xs.cpu())
-        ref_ok = torch.equal(outs["on"][0].cpu(), ref)
+        ref_ok = torch.equal(outs["table"][0].cpu(), RQ.quant_matmul(x.cpu(), w.cpu(), ws.cpu(), xs.cpu()))
         bad += (not same) + (not same_g) + (not ref_ok)
         times = {c: [] for c in cands}
         for _ in range(a.rounds):
             for c, cfg_ in cands.items():
                 fns = [lambda s=s, cfg_=cfg_: TQ.quant_matmul_config(*s, config=cfg_) for s in sets]
                 times[c].append(graph_time_us(fns, calls=20, replays=10).p50_us)
-        med = {c: statistics.median(v) for c, v in times.items()}
-        pct = 100 * K * N / (med["on"] * 1e-6) / (copy * 1e12)
-        tag = f"{b.get('mma', 'dot')} {b['BLOCK_M']}x{b['BLOCK_N']}x{b['BLOCK_K']}"
-        lines.append(f"| {name} | {tag} | {med['table']:.2f} | {med['off']:.2f} | {med['on']:.2f} | {pct:.0f} % | "
-                     f"{same}, {same_g} | {ref_ok} |")
+        cells = []
+        for c in cands:
+            t = statistics.median(times[c])
+            cells.append(f"{t:.2f} ({100 * K * N / (t * 1e-6) / (copy * 1e12):.0f} %)")
+        tag = f"{b.get('mma', 'dot')} {b['BLOCK_M']}x{b['BLOCK_N']}x{b['BLOCK_K']} s{b['num_stages']}"
+        lines.append(f"| {name} | {tag} | " + " | ".join(cells) + f" | {same}, {same_g} | {ref_ok} |")
         print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if a.out:

@@ -51,7 +51,7 @@ import triton.language as tl
 from ._common import (backend_key as _backend_key, bf16_cpu_output_reason as _bf16_cpu_output_reason,
                       cdiv as _cdiv, load_configs, next_power_of_2 as _np2, sm_count as _sm_count,
                       unit_inner as _unit_inner)
-from ._pdl import pdl_launch, pdl_start, pdl_wait, prefetch_rows_l2
+from ._pdl import pdl_launch, pdl_start, pdl_wait
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -647,7 +647,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
                 W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                 GROUP_M: tl.constexpr, REDUCE: tl.constexpr = False, MASK_M: tl.constexpr = False,
-                MMA: tl.constexpr = 0, PDL: tl.constexpr = False, PF_LINES: tl.constexpr = 0):
+                MMA: tl.constexpr = 0, PDL: tl.constexpr = False):
     """One work item = (split, BLOCK_M × BLOCK_N output tile). PARTIALS False (SPLIT_K == 1): fused fp32
     epilogue; True: int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel. SPLIT_K is a
     runtime value so the split choice does not multiply compilations.
@@ -672,10 +672,9 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
     :func:`_qmm_gemv_kernel`; round 5's ``mma: "gemv"`` mode, the persistent ``dynamic`` grid and the
     ``reduce_unroll`` reduction lost in every H200 sweep and are gone.)
 
-    PDL (CUDA sm_90+, bucket key ``pdl``, launched with ``launch_pdl``; :mod:`ops.triton._pdl`): the program lets
-    the next kernel launch, asks L2 for its first item's weight slice (K-major weights, ``PF_LINES`` 128-byte lines
-    per weight row), then waits for the previous kernel before it reads x, the scales or the counters or writes
-    anything."""
+    PDL (CUDA sm_90+, bucket key ``pdl``, launched with ``launch_pdl``; :mod:`ops.triton._pdl`): each program first
+    lets the next kernel on the stream launch, then waits for the previous one to finish, before it touches any
+    memory."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -683,14 +682,6 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
     n_tiles = num_pid_m * num_pid_n
     if PDL:
         pdl_start()
-        if W_LAYOUT == 0 and PF_LINES > 0:
-            tile0 = pid % n_tiles
-            group = GROUP_M * num_pid_n
-            gsize = tl.minimum(num_pid_m - (tile0 // group) * GROUP_M, GROUP_M)
-            pn = (tile0 % group) // gsize
-            k0 = (pid // n_tiles) * K_PER_SPLIT
-            rows = tl.minimum(pn * BLOCK_N + tl.arange(0, BLOCK_N), N - 1)
-            prefetch_rows_l2(w_ptr, rows, stride_wn, k0, tl.minimum(K - k0, K_PER_SPLIT), PF_LINES)
         pdl_wait()
     for item in range(pid, n_tiles * SPLIT_K, nprog):
         _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
@@ -765,7 +756,7 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
                      M, N, K_U, K_PER_SPLIT_U, SPLIT_K, stride_xm_u, stride_wk_u, stride_wn_u, stride_om,
                      MROWS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_KU: tl.constexpr, PARTIALS: tl.constexpr, REDUCE: tl.constexpr, DP4A: tl.constexpr,
-                     PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False, PF_LINES: tl.constexpr = 0):
+                     PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False):
     """Streaming GEMV for M = MROWS ≤ 4 token rows (bucket key ``mma: "gemv_stream"``), shaped like a pure
     weight-read kernel: a grid of SMs × ``programs_per_sm`` programs, each taking a contiguous run of work
     items (item = tile · SPLIT_K + split; tile = BLOCK_N weight rows n, split = a K range of K_PER_SPLIT_U);
@@ -783,8 +774,7 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
     products, so one step of loads stays in flight during the MACs (ptxas does not unroll the int8 loop).
     Exact int32 sums: bit-identical to every other path.
 
-    PDL: as :func:`_qmm_kernel`; the first item's weight rows are prefetched when ``PF_LINES`` > 0 (K-major
-    weight: the launcher passes 0 otherwise)."""
+    PDL: as :func:`_qmm_kernel`."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     n_tiles = tl.cdiv(N, BLOCK_N)
@@ -794,14 +784,6 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
     last = tl.minimum(first + per, n_items)
     if PDL:
         pdl_start()
-        if PF_LINES > 0:
-            k0 = (first % SPLIT_K) * K_PER_SPLIT_U
-            k_len0 = tl.minimum(K_U - k0, K_PER_SPLIT_U)
-            rows = tl.minimum((first // SPLIT_K) * BLOCK_N + tl.arange(0, BLOCK_N), N - 1)
-            if DP4A:   # units are 4-byte words
-                prefetch_rows_l2(w_ptr, rows, stride_wn_u * 4, k0 * 4, k_len0 * 4, PF_LINES)
-            else:
-                prefetch_rows_l2(w_ptr, rows, stride_wn_u, k0, k_len0, PF_LINES)
         pdl_wait()
     if DP4A:
         wq = w_ptr.to(tl.pointer_type(tl.int32))
@@ -1136,7 +1118,7 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     if dev.type == "cuda":
         launch["num_stages"] = int(plan["num_stages"])
     if pdl_launch(dev, bool(plan.get("pdl", False))):
-        launch.update(launch_pdl=True, PDL=True, PF_LINES=_pf_lines(bn, k_per) if plan.get("pdl_prefetch", True) else 0)
+        launch.update(launch_pdl=True, PDL=True)
     _qmm_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt,
                          M, N, K, k_per, sk,
                          x_int8.stride(0), weight_int8.stride(0), weight_int8.stride(1), out.stride(0),
@@ -1147,16 +1129,6 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     if sk > 1 and not reduce:
         _launch_qmm_epilogue(cfg, part, weight_scale, x_scale, bias_arg, out, sk, has_bias)
     return out
-
-
-_PF_MAX = 8192   # prefetch pointers per program at most (a wide tile over a long K prefetches nothing)
-
-
-def _pf_lines(block_n: int, k_per_split: int) -> int:
-    """128-byte lines per weight row a PDL program prefetches before its wait (a power of two covering one K
-    split), or 0 (no prefetch) when BLOCK_N rows of them would exceed ``_PF_MAX`` pointers."""
-    lines = _np2(_cdiv(k_per_split, 128))
-    return lines if block_n * lines <= _PF_MAX else 0
 
 
 def _split_k_buffers(plan: dict, sk: int, tiles: int, out: torch.Tensor, dev: torch.device):
@@ -1223,8 +1195,7 @@ def _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, p
     if dev.type == "cuda":
         launch["num_stages"] = int(plan.get("num_stages", 1))
     if pdl_launch(dev, bool(plan.get("pdl", False))):
-        pf = weight_int8.stride(0) == 1 and plan.get("pdl_prefetch", True)
-        launch.update(launch_pdl=True, PDL=True, PF_LINES=_pf_lines(bn, k_per) if pf else 0)
+        launch.update(launch_pdl=True, PDL=True)
     _qmm_gemv_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt,
                               M, N, K // u, k_per // u, sk,
                               x_int8.stride(0) // u if (M > 1 or x_int8.stride(0) % u == 0) else 0,

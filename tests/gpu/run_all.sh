@@ -282,6 +282,11 @@ round58)  # session 10: programmatic dependent launch for the decode quant_matmu
 round59)  # session 10: does PDL overlap here (eager / graph), and the qmm PDL variants with and without the prefetch
   step pdl_probe 200 python3 tests/gpu/pdl_probe.py
   ;;
+round60)  # session 10: PDL (no prefetch) and stage counts on every decode GEMM shape, A/B against the table
+  C='pdl=pdl:1;s3=num_stages:3;s4=num_stages:4;s4pdl=num_stages:4,pdl:1'
+  step qmm_ab1 280 python3 perf/bench_pdl_ab.py --rounds 3 --cands "$C" --out "$OUT/qmm_ab1.md" --shapes qkv_a_M1,qkv_a_M2,qkv_a_M16,qkv_a_M64,qkv_a_M128,q_b_M1,q_b_M2,q_b_M16,q_b_M64,q_b_M128,o_proj_M1,o_proj_M2,o_proj_M16,o_proj_M64,o_proj_M128,moe_gate_M1,moe_gate_M2,moe_gate_M16,moe_gate_M64,moe_gate_M128
+  step qmm_ab2 280 python3 perf/bench_pdl_ab.py --rounds 3 --cands "$C" --out "$OUT/qmm_ab2.md" --shapes moe_gate_up_M1,moe_gate_up_M2,moe_gate_up_M16,moe_gate_up_M64,moe_gate_up_M128,moe_down_M1,moe_down_M2,moe_down_M16,moe_down_M64,moe_down_M128,dense_gate_M1,dense_gate_M2,dense_gate_M16,dense_gate_M64,dense_gate_M128,dense_down_M1,dense_down_M2,dense_down_M16,dense_down_M64,dense_down_M128
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
