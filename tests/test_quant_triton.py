@@ -1561,3 +1561,155 @@ def test_row_config_block_m_must_be_a_power_of_two(gen):
     x = torch.randn(4, 64, generator=gen).half()
     with pytest.raises(ValueError, match="block_m must be a power of two"):
         T.dynamic_quant_config(x, config=dict(max_block_k=64, block_m=3, num_warps=1, grid_cap=0))
+
+
+# ----------------------------------------------------------------------------------------------
+# session 10: programmatic dependent launch (bucket key pdl, ops/triton/_pdl.py) and the re-tuned decode buckets
+# (docs/perf/quant_sweep13_pdl_stages.md)
+# ----------------------------------------------------------------------------------------------
+@_host
+def test_pdl_launch_only_on_cuda_when_asked_and_not_turned_off(monkeypatch):
+    """pdl_launch: never on CPU / NPU or when the config does not ask; on a CUDA device that supports it, unless
+    DS_OPS_PDL is 0 / false / no / off."""
+    from ops.triton import _pdl
+    monkeypatch.setattr(_pdl, "_device_pdl", lambda index: True)
+    cuda0 = torch.device("cuda", 0)
+    assert not _pdl.pdl_launch(torch.device("cpu"), True)
+    assert not _pdl.pdl_launch(cuda0, False)
+    monkeypatch.delenv("DS_OPS_PDL", raising=False)
+    assert _pdl.pdl_launch(cuda0, True)
+    for off in ("0", "false", "No", " off "):
+        monkeypatch.setenv("DS_OPS_PDL", off)
+        assert not _pdl.pdl_launch(cuda0, True), off
+    monkeypatch.setenv("DS_OPS_PDL", "1")
+    assert _pdl.pdl_launch(cuda0, True)
+    monkeypatch.setattr(_pdl, "_device_pdl", lambda index: False)   # pre-Hopper, or a Triton without gdc_wait
+    assert not _pdl.pdl_launch(cuda0, True)
+
+
+@_host
+def test_pdl_config_must_be_a_bool():
+    with pytest.raises(ValueError, match="pdl must be a bool, got 'yes'"):
+        T.plan_quant_matmul(64, 2112, 7168, torch.device("cpu"), dict(_variant("dot", 64, 32, 256), pdl="yes"))
+
+
+@_host
+@pytest.mark.parametrize("gemm, M, stages, pdl", [
+    ("q_b", 1, 3, False), ("q_b", 16, 3, False), ("dense_gate", 16, 3, False),    # M <= 16, N >= 8192
+    ("o_proj", 16, 5, False), ("moe_gate_up", 16, 5, False),                       # M <= 16, N < 8192
+    ("qkv_a", 16, 8, False), ("moe_gate", 16, 8, False),                           # the BN16 tile: pdl lost there
+    ("o_proj", 64, 4, False), ("dense_down", 64, 4, False), ("moe_down", 64, 4, False),   # M <= 64, 4224 <= N < 8192
+    ("qkv_a", 64, 5, True), ("moe_gate", 64, 5, True), ("moe_gate_up", 64, 5, True),     # M 33..64, N < 4224
+    ("q_b", 64, 4, False), ("qkv_a", 128, 4, False)])
+def test_cuda_decode_buckets_after_session_10(gemm, M, stages, pdl):
+    """The cuda table's decode buckets pick the measured winners (bucket order matters: a general bucket placed
+    first would hide the N-ranged ones)."""
+    from ops.quant import QUANT_MATMUL_KN
+    K, N = QUANT_MATMUL_KN[gemm]
+    b = T._bucket(M, _CUDA_QMM, N, K)
+    assert (int(b["num_stages"]), bool(b.get("pdl", False))) == (stages, pdl), b
+
+
+@_host
+def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
+    """The cuda table's pdl bucket compiles for sm_90 with griddepcontrol.launch_dependents and griddepcontrol.wait,
+    and the wait comes before the kernel's first global load, cp.async, store or atomic (a kernel that read x
+    before the wait would race the kernel that writes it). Buckets without pdl have neither instruction.
+    Compiled in a subprocess without TRITON_INTERPRET."""
+    import subprocess
+    import sys
+    code = (
+        "import re, triton, ops.triton.quant as T\n"
+        "from triton.backends.compiler import GPUTarget\n"
+        "seen = {True: 0, False: 0}\n"
+        "for c in T.compile_cases('cuda'):\n"
+        "    if not c['name'].startswith('quant_matmul_m64_') or 'even_bf16' not in c['name']:\n"
+        "        continue\n"
+        "    ptx = triton.compile(triton.compiler.ASTSource(c['fn'], c['signature'], c['constexprs']),\n"
+        "                         target=GPUTarget('cuda', 90, 64),\n"
+        "                         options=dict(num_warps=c['num_warps'], num_stages=c['num_stages'])).asm['ptx']\n"
+        "    body = ptx[ptx.index('.entry'):]\n"
+        "    pdl = c['constexprs']['PDL']\n"
+        "    seen[pdl] += 1\n"
+        "    if not pdl:\n"
+        "        assert 'griddepcontrol' not in body, c['name']\n"
+        "        continue\n"
+        "    wait = body.index('griddepcontrol.wait')\n"
+        "    assert 0 <= body.index('griddepcontrol.launch_dependents') < wait, c['name']\n"
+        "    first = min(m.start() for m in re.finditer(r'\\b(ld\\.global|cp\\.async|st\\.global|atom\\.|red\\.)', body))\n"
+        "    assert wait < first, c['name']\n"
+        "print('checked', seen[True], seen[False])\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    n_pdl, n_plain = (int(v) for v in r.stdout.split()[-2:])
+    assert n_pdl >= 2 and n_plain >= 2, r.stdout
+
+
+@_host
+def test_pdl_never_reaches_the_ascend_cases():
+    """The Ascend compile cases (and any table without pdl) keep PDL false: triton-ascend has no griddepcontrol."""
+    assert not any(c["constexprs"].get("PDL") for c in T.ascend_compile_cases())
+    assert any(c["constexprs"].get("PDL") for c in T.compile_cases("cuda"))
+
+
+@_gpu
+def test_gpu_pdl_bit_identical_eager_graph_and_after_a_producer():
+    """(GPU) pdl on and off give the same bits, eagerly and replayed in a graph, for the MMA tile (split-K with
+    the in-kernel reduction: back-to-back calls on one stream share the tile counters, so a call that touched
+    them before the previous one finished would corrupt both) and the streaming GEMV; and a PDL quant_matmul
+    launched right after the dynamic_quant that writes its x reads the new x (eager loop and one graph)."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(23)
+    K, N = 7168, 2112
+    for M, base in ((64, dict(T._bucket(64, _CUDA_QMM, N, K))), (1, dict(T._bucket(1, _CUDA_QMM, N, K)))):
+        for pdl in (False, True):
+            _gpu_config_exact_eager_and_graph(M, K, N, dict(base, pdl=pdl), g, dev)
+        sets = [tuple(t.to(dev) for t in _qmm_inputs(M, K, N, g)[:4]) for _ in range(6)]
+        want = [T.quant_matmul_config(*s, config=dict(base, pdl=False)) for s in sets]
+        for _ in range(3):
+            got = [T.quant_matmul_config(*s, config=dict(base, pdl=True)) for s in sets]   # queued back to back
+            torch.cuda.synchronize()
+            assert all(torch.equal(a, b) for a, b in zip(got, want))
+    # producer → PDL consumer: x is written by the kernel just before
+    M = 64
+    base = dict(T._bucket(M, _CUDA_QMM, N, K), pdl=True)
+    w = R.pack_weight(torch.randint(-127, 128, (K, N), generator=g, dtype=torch.int8), "cuda").to(dev)
+    ws = ((0.5 + torch.rand(N, generator=g)) / (127.0 * K ** 0.5)).to(dev)
+    hs = [torch.randn(M, K, generator=g).to(torch.bfloat16).to(dev) for _ in range(4)]
+
+    def chain():
+        outs = []
+        for h in hs:
+            q, s = T.dynamic_quant(h)
+            outs.append(T.quant_matmul_config(q, w, ws, s, config=base))
+        return outs
+
+    def expected():
+        res = []
+        for h in hs:
+            q, s = R.dynamic_quant(h.cpu())
+            res.append(R.quant_matmul(q, w.cpu(), ws.cpu(), s))
+        return res
+
+    ref = expected()
+    for _ in range(3):
+        assert all(torch.equal(o.cpu(), r) for o, r in zip(chain(), ref))
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        chain()
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        outs_g = chain()
+    for _ in range(3):
+        for h in hs:
+            h.copy_(torch.randn(M, K, generator=g).to(torch.bfloat16))
+        ref = expected()
+        for o in outs_g:
+            o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(o.cpu(), r) for o, r in zip(outs_g, ref))

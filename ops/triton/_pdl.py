@@ -7,8 +7,9 @@ A kernel launched with ``launch_pdl=True`` may start once every program of the p
 visible; only then does it touch memory. So the result never depends on the overlap. (Asking L2 for the weights
 before the wait was measured too: slower everywhere, docs/perf/quant_gating.md, session 10.)
 
-On Ascend and under the interpreter ``PDL`` is a false constexpr: the branch that names ``tl.extra.cuda`` is never
-generated (triton-ascend 3.2 has no such module). Host side, :func:`pdl_launch` says whether a launch may ask for it.
+On Ascend and under the interpreter ``PDL`` is a false constexpr, so the calls are never generated; a Triton without
+``tl.extra.cuda.gdc_wait`` (triton-ascend 3.2 has no ``tl.extra.cuda``) gets no-op helpers, because its JIT still
+reads the helpers' sources. Host side, :func:`pdl_launch` says whether a launch may ask for it.
 """
 from __future__ import annotations
 
@@ -22,23 +23,34 @@ import triton.language as tl
 ENV_PDL = "DS_OPS_PDL"
 
 
-@triton.jit
-def pdl_start():
-    """Let the next kernel on the stream launch now (it waits for this one itself before touching memory)."""
-    tl.extra.cuda.gdc_launch_dependents()
+_CUDA_LANG = getattr(tl.extra, "cuda", None)
+HAS_GDC = _CUDA_LANG is not None and hasattr(_CUDA_LANG, "gdc_wait") and hasattr(_CUDA_LANG, "gdc_launch_dependents")
 
+if HAS_GDC:
+    @triton.jit
+    def pdl_start():
+        """Let the next kernel on the stream launch now (it waits for this one itself before touching memory)."""
+        tl.extra.cuda.gdc_launch_dependents()
 
-@triton.jit
-def pdl_wait():
-    """Wait until the previous kernel on the stream has finished and its writes are visible."""
-    tl.extra.cuda.gdc_wait()
+    @triton.jit
+    def pdl_wait():
+        """Wait until the previous kernel on the stream has finished and its writes are visible."""
+        tl.extra.cuda.gdc_wait()
+else:   # triton-ascend 3.2 / Triton < 3.4: never called (PDL is false there), but the kernels' sources name them
+    @triton.jit
+    def pdl_start():
+        """No programmatic dependent launch in this Triton: nothing to do."""
+        pass
+
+    @triton.jit
+    def pdl_wait():
+        """No programmatic dependent launch in this Triton: nothing to do."""
+        pass
 
 
 @functools.lru_cache(maxsize=None)
 def _device_pdl(index: int) -> bool:
-    cuda_lang = getattr(tl.extra, "cuda", None)
-    return (torch.cuda.get_device_capability(index)[0] >= 9 and cuda_lang is not None
-            and hasattr(cuda_lang, "gdc_wait") and hasattr(cuda_lang, "gdc_launch_dependents"))
+    return HAS_GDC and torch.cuda.get_device_capability(index)[0] >= 9
 
 
 def pdl_launch(device: torch.device, wanted: bool) -> bool:

@@ -906,6 +906,8 @@ def _check_bucket(b: dict) -> None:
     for k, why in _REMOVED_KEYS.items():
         if k in b:
             raise ValueError(f"config key {k!r} was removed from quant_matmul: {why}")
+    if not isinstance(b.get("pdl", False), (bool, int)):
+        raise ValueError(f"config pdl must be a bool, got {b['pdl']!r}")
     mma = b.get("mma", "dot")
     if mma in _REMOVED_MMA:
         raise ValueError(f"config mma {mma!r} was removed from quant_matmul: {_REMOVED_MMA[mma]}")
@@ -1234,6 +1236,8 @@ def _gemv_stream_cases(b: dict, table: str) -> list[dict]:
                               BLOCK_KU=int(b["BLOCK_K"]) // u, PARTIALS=partials,
                               REDUCE=partials and b.get("reduce", "kernel") == "atomic", DP4A=dp4a,
                               PREFETCH=bool(b.get("prefetch", False)))
+                    sig["PDL"] = "constexpr"
+                    ce["PDL"] = bool(b.get("pdl", False)) and table == "cuda"
                     if mrows == 1:   # a launch with M = 1 specialises M to the constant 1 (M is not do_not_specialize)
                         sig["M"] = "constexpr"
                         ce = dict(ce, M=1)
@@ -1318,6 +1322,8 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                               BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]),
                               REDUCE=partials and b.get("reduce", "kernel") == "atomic",
                               MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")])
+                    sig["PDL"] = "constexpr"   # the launch's PDL constexpr (never on Ascend)
+                    ce["PDL"] = bool(b.get("pdl", False)) and table == "cuda"
                     tag = "splitk" if partials else "fused"
                     nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}" if "min_n" in b or "max_n" in b else ""
                     if "min_k" in b or "max_k" in b:
