@@ -287,6 +287,13 @@ round60)  # session 10: PDL (no prefetch) and stage counts on every decode GEMM 
   step qmm_ab1 280 python3 perf/bench_pdl_ab.py --rounds 3 --cands "$C" --out "$OUT/qmm_ab1.md" --shapes qkv_a_M1,qkv_a_M2,qkv_a_M16,qkv_a_M64,qkv_a_M128,q_b_M1,q_b_M2,q_b_M16,q_b_M64,q_b_M128,o_proj_M1,o_proj_M2,o_proj_M16,o_proj_M64,o_proj_M128,moe_gate_M1,moe_gate_M2,moe_gate_M16,moe_gate_M64,moe_gate_M128
   step qmm_ab2 280 python3 perf/bench_pdl_ab.py --rounds 3 --cands "$C" --out "$OUT/qmm_ab2.md" --shapes moe_gate_up_M1,moe_gate_up_M2,moe_gate_up_M16,moe_gate_up_M64,moe_gate_up_M128,moe_down_M1,moe_down_M2,moe_down_M16,moe_down_M64,moe_down_M128,dense_gate_M1,dense_gate_M2,dense_gate_M16,dense_gate_M64,dense_gate_M128,dense_down_M1,dense_down_M2,dense_down_M16,dense_down_M64,dense_down_M128
   ;;
+round61)  # session 10: the re-tuned decode buckets (pdl M33-64, stages by N): GPU tests, check, A/B against the old buckets, report rows
+  step pytest_gpu 200 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py -k "gpu or pdl or session_10"
+  step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  S=q_b_M1,q_b_M2,q_b_M16,dense_gate_M1,dense_gate_M2,dense_gate_M16,o_proj_M64,dense_down_M64,moe_down_M64,qkv_a_M64,moe_gate_M64,moe_gate_up_M64
+  step qmm_ab3 200 python3 perf/bench_pdl_ab.py --rounds 3 --cands 'old_s5=num_stages:5;nopdl=pdl:0' --out "$OUT/qmm_ab3.md" --shapes $S
+  step perf_qmm 120 python3 -m perf --device cuda --ops quant_matmul --shapes $S --no-layer --no-dispatch --out "$OUT/perf_qmm"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
