@@ -294,6 +294,10 @@ round61)  # session 10: the re-tuned decode buckets (pdl M33-64, stages by N): G
   step qmm_ab3 200 python3 perf/bench_pdl_ab.py --rounds 3 --cands 'old_s5=num_stages:5;nopdl=pdl:0' --out "$OUT/qmm_ab3.md" --shapes $S
   step perf_qmm 120 python3 -m perf --device cuda --ops quant_matmul --shapes $S --no-layer --no-dispatch --out "$OUT/perf_qmm"
   ;;
+round62)  # session 10: mla_prolog PDL sweep (per launch and all launches); every quant_matmul Triton row re-measured on the current table
+  step mla_prolog_sweep 270 python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 210 --out "$OUT/mla_prolog_sweep7.md"
+  step perf_qmm_all 280 python3 -m perf --device cuda --ops quant_matmul --backends triton --no-layer --no-dispatch --out "$OUT/perf_qmm_all"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
