@@ -69,10 +69,10 @@ WEIGHTS = ("weight_dq", "weight_uq_qr", "weight_uk", "weight_dkv_kr")
 # launches are serial, so per-kernel gains add up; the combination of per-kernel bests is timed at the end).
 # After sweep 3 the JSON holds every winner; these are the runners-up, so each JSON choice is re-checked against them
 # in the same run.
-SWEEP = {   # pdl: programmatic dependent launch of that kernel (session 10)
-    "query": [{"PRE_UK": 0}, {"pdl": 1}],
-    "row": [{"pdl": 1}],
-    "down": [{"pdl": 1}],
+SWEEP = {
+    "query": [{"PRE_UK": 0}],
+    "row": [],
+    "down": [],
 }
 # query "fuse_row_max_t" 0: the row and query kernels as two launches again at T = 1 (the JSON fuses them there)
 _UNFUSED = {"fuse_row_max_t": 0}
@@ -99,7 +99,7 @@ def sweep_candidates(T: int, mode: str = "bf16") -> list[tuple[str, dict]]:
     out = []
     extra = SWEEP_MODE_T.get((mode, T), {})
     for kern in ("query", "row", "down"):  # most expected gain first (a budget cut drops the tail)
-        base = SWEEP[kern] if kern != "query" or T <= QUERY_MAX_T else [ov for ov in SWEEP[kern] if "pdl" in ov]
+        base = SWEEP[kern] if kern != "query" or T <= QUERY_MAX_T else []
         for ov in base + extra.get(kern, []):
             out.append((kern, ov))
     return out
@@ -340,15 +340,8 @@ def sweep_shape(mode: str, T: int, N: int, cbw: float, sweep_rows: list, winners
         row(f"{kern} {json.dumps(ov)}", t, bad)
         if bad is None and t < 0.99 * min(base, best.get(kern, (float("inf"),))[0]):
             best[kern] = (t, ov)
-    # final choice: the fastest correct of the JSON, each kernel's best alone, all of them combined, and PDL on
-    # every launch (its gain is the overlap of each launch with the one before it)
+    # final choice: the fastest correct of the JSON, each kernel's best alone, and all of them combined
     finals = [(base, {})] + [(t, {k: ov}) for k, (t, ov) in best.items()]
-    all_pdl = {k: {"pdl": 1} for k in ("down", "row", "query")}
-    if time.time() < t_end:
-        t, bad = measure(all_pdl)
-        row(f"all {json.dumps(all_pdl)}", t, bad)
-        if bad is None:
-            finals.append((t, all_pdl))
     if len(best) > 1:
         comb = {k: v[1] for k, v in best.items()}
         t, bad = measure(comb)

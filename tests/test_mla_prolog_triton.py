@@ -759,7 +759,8 @@ def test_P2_P3_cuda_defaults_out_of_range_never_writes(mode, monkeypatch):
                                            ("query", "uk_l2", 1), ("query", "uk_l2_rows", 8),
                                            ("query", "absorb_split", 2), ("query", "k_split", 2),
                                            ("query", "split_rope", 1), ("query", "early_uk", 1),
-                                           ("query", "fuse_row_wait_max_t", 32)])
+                                           ("query", "fuse_row_wait_max_t", 32), ("row", "pdl", 1),
+                                           ("query", "pdl", 1)])
 def test_removed_switches_raise_not_ignored(table_key, sec, key, value, query_cfg, row_cfg, monkeypatch):
     """Switches that lost on the H200 everywhere were removed: naming one in an override, a table section or a
     bucket is a ValueError naming it (a sweep must never time a silent no-op as if it were the switch)."""
@@ -772,6 +773,13 @@ def test_removed_switches_raise_not_ignored(table_key, sec, key, value, query_cf
     monkeypatch.setattr(K, "_backend_key", lambda device: table_key)
     with pytest.raises(ValueError, match=f"{sec}.{key} was removed"):
         run(small("bf16", T=2, seed=63))
+
+
+def test_removed_down_pdl_raises():
+    """Programmatic dependent launch of the mla_prolog launches tied or lost on the H200 except 2-3 % at T = 128
+    (session 10, docs/perf/mla_prolog_sweep7.md) and was removed: a down-section override naming it is an error."""
+    with pytest.raises(ValueError, match="down.pdl was removed"):
+        K.plan(1, 64, 96, 2, 128, 64, 512, torch.device("cpu"), overrides={"down": {"pdl": 1}})
 
 
 # ----------------------------------------------------------------------------------------------

@@ -67,7 +67,6 @@ import triton.language as tl
 
 from ._common import (backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
                       sm_count as _sm_count, unit_inner as _unit_inner)
-from ._pdl import pdl_launch, pdl_start, pdl_wait
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -163,18 +162,12 @@ def _rms_norm(x, mask, gamma, H, eps, ASCEND: tl.constexpr):
 def _down_kernel(x_ptr, wdq_ptr, wkv_ptr, ws_ptr, T, He, Hcq, Ckv, K_PER_SPLIT, SPLIT_K,
                  s_xt, s_xk, s_dq_k, s_dq_n, s_kv_k, s_kv_n,
                  INT8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ASCEND: tl.constexpr,
-                 PDL: tl.constexpr = False):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ASCEND: tl.constexpr):
     """ws[split, t, c] = Σ_{k in split} x[t, k] · W[k, c] with W = [W_DQ ‖ W_DKV_KR] (c < Hcq: W_DQ).
     Work item = (split, column tile, token tile), token tile fastest (weight tile reuse in L2).
     ASCEND: each weight is read in its own branch (triton-adapter cannot follow a pointer chosen at run
     time) and rows / columns past T / the weight's width are masked, not wrapped (its pointer analysis
-    needs affine offsets); the launcher passes unit inner strides (s_xk = s_dq_n = s_kv_n = 1).
-    PDL (CUDA sm_90+, bucket key ``pdl``; every kernel here): let the next kernel launch, then wait for the previous
-    one before touching memory (:mod:`ops.triton._pdl`)."""
-    if PDL:
-        pdl_start()
-        pdl_wait()
+    needs affine offsets); the launcher passes unit inner strides (s_xk = s_dq_n = s_kv_n = 1)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     CT = Hcq + Ckv
@@ -435,17 +428,14 @@ def _row_kernel(ws_ptr, dt_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smo
                 SPLIT_K: tl.constexpr, INT8: tl.constexpr, QUANT_CQ: tl.constexpr, HAS_SMOOTH: tl.constexpr,
                 KV_INT8: tl.constexpr, KR_INT8: tl.constexpr,
                 BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_R: tl.constexpr, ASCEND: tl.constexpr,
-                PARTS: tl.constexpr = 1, PDL: tl.constexpr = False):
+                PARTS: tl.constexpr = 1):
     """Work items ``pid, pid + n_row, …`` (``n_row`` = the grid): PARTS = 1: one token per item, every global
     load of the item issued first (partials of all splits, scales, sin/cos, the slot id) so an item costs about
     one memory round trip. PARTS = 2: two items per token, (t, 0) = cq → cqn and (t, 1) = ckv / kr → caches,
     so two programs share a token's instructions (the kernel is latency-bound: one program per token at T = 1
     executes the whole row serially). ``CT`` = Hcq + Hckv + Dr (the workspace row length; a kernel argument
     so that Triton's divisibility specialisation vectorises the partial-sum loads). ``dt_ptr``: any tensor of
-    the activation dtype (the launcher passes W_UK); only its dtype is used. PDL: as :func:`_down_kernel`."""
-    if PDL:
-        pdl_start()
-        pdl_wait()
+    the activation dtype (the launcher passes W_UK); only its dtype is used."""
     pid = tl.program_id(0)
     nprog = n_row
     dt = dt_ptr.dtype.element_ty
@@ -630,8 +620,7 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
                   s_qt, s_qh, s_qrt, s_qrh,
                   INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-                  BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr = 0, EV_W: tl.constexpr = "",
-                  PDL: tl.constexpr = False):
+                  BLOCK_C: tl.constexpr, ASCEND: tl.constexpr, PRE_UK: tl.constexpr = 0, EV_W: tl.constexpr = ""):
     """Work item = (head h, token tile), token tile fastest (the head's weights are shared in L2).
     BLOCK_D ≥ D (nope columns), BLOCK_R ≥ Dr (rope columns, read contiguously).
     PRE_UK (0..4, CUDA, not with Q8): the loads of the first PRE_UK W_UK[h] chunks are issued before the
@@ -641,10 +630,7 @@ def _query_kernel(a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr, qsck
     each head's columns are streamed once).
     ASCEND: rows / columns past T / D / Dr are masked, not wrapped (triton-adapter's pointer analysis
     needs affine offsets); the launcher passes unit inner strides (s_ak = s_wn = s_uc = s_sin_d =
-    s_cos_d = 1). PDL: as :func:`_down_kernel`."""
-    if PDL:
-        pdl_start()
-        pdl_wait()
+    s_cos_d = 1)."""
     _query_body(tl.program_id(0), tl.num_programs(0), a_ptr, as_ptr, w_ptr, wsc_ptr, wuk_ptr, sin_ptr, cos_ptr,
                 qsckv_ptr, q_ptr, qr_ptr, dsq_ptr, T, Hcq, NH, D, Dr, Hckv, s_at, s_ak, s_wk, s_wn, s_uh, s_ud, s_uc,
                 s_sin_t, s_sin_d, s_cos_t, s_cos_d, s_qt, s_qh, s_qrt, s_qrh, INT8, Q8, IEEE, EVEN_K, BLOCK_M, BLOCK_K,
@@ -786,7 +772,7 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
                       KR_INT8: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_RH: tl.constexpr,
                       INT8: tl.constexpr, Q8: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr, PDL: tl.constexpr = False):
+                      BLOCK_C: tl.constexpr, PRE_UK: tl.constexpr, EV_W: tl.constexpr):
     """Row kernel + query kernel in ONE launch (CUDA, config ``fuse_row_max_t``; only when one token tile covers
     T, i.e. T ≤ BLOCK_M): saves the row kernel's launch and its latency-bound ~3-5 µs at decode.
     Programs ``pid < n_q`` (= the query kernel's work items, one each): first the cq → cqn rows of ALL T tokens
@@ -795,10 +781,7 @@ def _row_query_kernel(ws_ptr, xs_ptr, wsdq_ptr, wskv_ptr, gq_ptr, gkv_ptr, smoot
     buffers), a CTA barrier (its own stores are then visible to all its threads; rows it reads were written by
     itself), then :func:`_query_body`. Programs ``pid ≥ n_q``: the ckv / kr → cache part of the row kernel, one
     token per program. Work per query program grows with T (the cq rows are recomputed by every head), hence
-    the small-T limit. PDL: as :func:`_down_kernel`."""
-    if PDL:
-        pdl_start()
-        pdl_wait()
+    the small-T limit."""
     pid = tl.program_id(0)
     dt = qr_ptr.dtype.element_ty
     if pid < n_q:
@@ -883,23 +866,25 @@ def _cached_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, 
 
 # config keys of switches that lost on the H200 in every measurement and were removed (docs/perf/mla_prolog.md,
 # sessions 4 and 5): a table or override that still names one is an error, not a silent no-op
-_REMOVED_KEYS = {"row": ("prefetch_uk", "prefetch_tail", "prefetch_programs_per_core", "PF_BLOCK"),
+_REMOVED_KEYS = {"row": ("prefetch_uk", "prefetch_tail", "prefetch_programs_per_core", "PF_BLOCK",
+                         "pdl"),   # session 10: programmatic dependent launch (docs/perf/mla_prolog_sweep7.md)
                  "query": ("uk_l2", "uk_l2_rows", "absorb_split",
                            # session 5 (docs/perf/mla_prolog.md): more programs per head and earlier W_UK loads
-                           "k_split", "split_rope", "early_uk", "fuse_row_wait_max_t")}
+                           "k_split", "split_rope", "early_uk", "fuse_row_wait_max_t", "pdl"),
+                 "down": ("pdl",)}
 
 
 def _check_removed(cfg: dict, ov: dict) -> None:
-    """ValueError naming the first removed config key in the table's row / query sections (or their buckets) or in
-    the overrides."""
+    """ValueError naming the first removed config key in the table's down / row / query sections (or their buckets)
+    or in the overrides."""
     for sec, keys in _REMOVED_KEYS.items():
         c = cfg.get(sec, {})
         dicts = [c, ov.get(sec, {})] + [b for k, v in c.items() if k.startswith("buckets") for b in v]
         for d in dicts:
             for k in keys:
                 if k in d:
-                    raise ValueError(f"mla_prolog config {sec}.{k} was removed (it lost on the H200 in every "
-                                     "measurement: docs/perf/mla_prolog.md, sessions 4-5)")
+                    raise ValueError(f"mla_prolog config {sec}.{k} was removed (it lost on the H200: "
+                                     "docs/perf/mla_prolog.md, sessions 4, 5 and 10)")
 
 
 def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int,
@@ -990,9 +975,7 @@ class _Launch(NamedTuple):
 
 
 def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool,
-                 on_cuda: bool, pdl_ok: bool = False) -> _Launch:
-    """``pdl_ok``: the device and Triton take programmatic dependent launch (:func:`ops.triton._pdl.pdl_launch`);
-    each launch whose bucket (or override) says ``pdl`` then gets it."""
+                 on_cuda: bool) -> _Launch:
     asc = p["backend_key"] == "ascend"
     d, r, q = p["down"], p["row"], p["query"]
     down_kw = dict(INT8=full, IEEE=ieee, EVEN_K=d["EVEN_K"],
@@ -1000,8 +983,6 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
                    ASCEND=asc, num_warps=int(d["num_warps"]))
     if on_cuda:
         down_kw["num_stages"] = int(d["num_stages"])
-    if pdl_ok and d.get("pdl"):
-        down_kw.update(PDL=True, launch_pdl=True)
     row_kw = dict(SPLIT_K=d["SPLIT_K"], INT8=full, QUANT_CQ=qint8, HAS_SMOOTH=qint8 and has_smooth, KV_INT8=kv8,
                   KR_INT8=kr8, BLOCK_Q=r["BLOCK_Q"], BLOCK_KV=r["BLOCK_KV"], BLOCK_R=r["BLOCK_R"], ASCEND=asc,
                   PARTS=int(r.get("PARTS", 1)), num_warps=int(r["num_warps"]))
@@ -1011,10 +992,6 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
                     EV_W=q.get("EV_W", ""), num_warps=int(q["num_warps"]))
     if on_cuda:
         query_kw["num_stages"] = int(q["num_stages"])
-    if pdl_ok and r.get("pdl"):
-        row_kw.update(PDL=True, launch_pdl=True)
-    if pdl_ok and q.get("pdl"):   # the fused row + query launch takes the query bucket's choice
-        query_kw.update(PDL=True, launch_pdl=True)
     query_grid = (q["grid"],)
     fuse_grid, fuse_kw = (), {}
     if q.get("FUSE_ROW") and not asc:
@@ -1031,12 +1008,12 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
 @functools.lru_cache(maxsize=4096, typed=True)
 def _cached_launch(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int, full: bool,
                    qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool, act_bytes: int,
-                   on_cuda: bool, pdl_ok: bool) -> _Launch:
+                   on_cuda: bool) -> _Launch:
     """The launch constants for a call without overrides, memoised on everything they depend on: shapes, the
     mode flags (int8 x / W_UQ_QR / kv / kr caches, smooth scales), fp32 activations, config table, core count
-    and whether the device is CUDA and takes PDL. Shared: its dicts are only ever unpacked into launches (``**``)."""
+    and whether the device is CUDA. Shared: its dicts are only ever unpacked into launches (``**``)."""
     return _make_launch(_cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, act_bytes),
-                        full, qint8, kv8, kr8, has_smooth, ieee, on_cuda, pdl_ok)
+                        full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
 
 
 def supports_reason(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq, rmsnorm_gamma_ckv,
@@ -1153,13 +1130,12 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     has_smooth = smooth_scales_cq is not None
     ieee = dt == torch.float32
     on_cuda = dev.type == "cuda"
-    pdl_ok = pdl_launch(dev, True)
     if overrides:
         lp = _make_launch(_make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, dt.itemsize, overrides),
-                          full, qint8, kv8, kr8, has_smooth, ieee, on_cuda, pdl_ok)
+                          full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
     else:
         lp = _cached_launch(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, kv8, kr8, has_smooth, ieee,
-                            dt.itemsize, on_cuda, pdl_ok)
+                            dt.itemsize, on_cuda)
     asc = lp.asc
     x = token_x.reshape(T, He)
     sin = rope_sin.reshape(T, Dr)
@@ -1290,10 +1266,8 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                        "IEEE": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
                        "BLOCK_K": "constexpr"}
                 sig["ASCEND"] = "constexpr"
-                sig["PDL"] = "constexpr"
                 ce = dict(INT8=int8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
-                          BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), ASCEND=asc,
-                          PDL=not asc and bool(b.get("pdl", False)))
+                          BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), ASCEND=asc)
                 ones(sig, ce, ("s_xk", "s_dq_n", "s_kv_n"))
                 splits = {plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key,
                                int8_down=int8, cores=n_cores)["down"]["SPLIT_K"]
@@ -1313,7 +1287,7 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
             sig[a] = i32
         sig.update(eps_cq="fp32", eps_ckv="fp32", n_row=i32)
         for c in ("SPLIT_K", "INT8", "QUANT_CQ", "HAS_SMOOTH", "KV_INT8", "KR_INT8", "BLOCK_Q", "BLOCK_KV", "BLOCK_R",
-                  "ASCEND", "PARTS", "PDL"):
+                  "ASCEND", "PARTS"):
             sig[c] = "constexpr"
         # (SPLIT_K, PARTS) the launcher can pick for this mode (row buckets per T)
         variants = []
@@ -1327,7 +1301,7 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
         for sk, parts in variants:
             ce = dict(SPLIT_K=sk, INT8=x8, QUANT_CQ=uq8, HAS_SMOOTH=smooth, KV_INT8=kv8, KR_INT8=kr8,
                       BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), ASCEND=asc,
-                      PARTS=parts, PDL=False)
+                      PARTS=parts)
             ones(sig, ce, ("s_sin_d", "s_cos_d", "s_idx", "s_kv_c", "s_kr_c", "s_qsckv", "s_qsckr"))
             tag = f"_parts{parts}" if multi else ""
             cases.append(dict(name=f"mla_prolog_row_{mode}_split{sk}{tag}_{dt[1:]}", fn=_row_kernel, signature=dict(sig),
@@ -1346,12 +1320,11 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                               "s_uc", "s_sin_t", "s_sin_d", "s_cos_t", "s_cos_d", "s_qt", "s_qh", "s_qrt", "s_qrh"):
                         sig[a] = i32
                     for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C",
-                              "ASCEND", "PRE_UK", "EV_W", "PDL"):
+                              "ASCEND", "PRE_UK", "EV_W"):
                         sig[c] = "constexpr"
                     ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]),
-                              ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="",
-                              PDL=not asc and bool(b.get("pdl", False)))
+                              ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="")
                     ones(sig, ce, ("s_ak", "s_wn", "s_uc", "s_sin_d", "s_cos_d"))
                     cases.append(dict(name=f"mla_prolog_query_t{b['max_t']}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
                                       fn=_query_kernel, signature=sig, constexprs=ce))
