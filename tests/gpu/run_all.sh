@@ -298,6 +298,11 @@ round62)  # session 10: mla_prolog PDL sweep (per launch and all launches); ever
   step mla_prolog_sweep 270 python3 perf/bench_mla_prolog.py --sweep --no_bench --budget_s 210 --out "$OUT/mla_prolog_sweep7.md"
   step perf_qmm_all 280 python3 -m perf --device cuda --ops quant_matmul --backends triton --no-layer --no-dispatch --out "$OUT/perf_qmm_all"
   ;;
+round63)  # session 10: the layer on the re-tuned quant_matmul table; quant_matmul launches (PDL and the new buckets) under memcheck
+  step check_layer 90 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  step sanitize_self_test 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 5 python3 tests/gpu/sanitize.py --self-test
+  step sanitize_qmm 300 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 260
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
