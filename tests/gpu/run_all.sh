@@ -303,6 +303,10 @@ round63)  # session 10: the layer on the re-tuned quant_matmul table; quant_matm
   step sanitize_self_test 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 5 python3 tests/gpu/sanitize.py --self-test
   step sanitize_qmm 300 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 260
   ;;
+round64)  # session 10: PDL where the next call's programs cannot share an SM (more stages: one program per SM)
+  step qmm_ab4 200 python3 perf/bench_pdl_ab.py --rounds 3 --cands 'pdl=pdl:1;s9=num_stages:9;s9pdl=num_stages:9,pdl:1;s10pdl=num_stages:10,pdl:1' --out "$OUT/qmm_ab4.md" --shapes qkv_a_M4,qkv_a_M16,moe_gate_M4,moe_gate_M16
+  step qmm_ab5 200 python3 perf/bench_pdl_ab.py --rounds 3 --cands 's5=num_stages:5;s5pdl=num_stages:5,pdl:1;s6pdl=num_stages:6,pdl:1' --out "$OUT/qmm_ab5.md" --shapes qkv_a_M128,moe_gate_M128,qkv_a_M64,moe_gate_M64
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
