@@ -1569,11 +1569,14 @@ def test_row_config_block_m_must_be_a_power_of_two(gen):
 # ----------------------------------------------------------------------------------------------
 @_host
 def test_pdl_launch_only_on_cuda_when_asked_and_not_turned_off(monkeypatch):
-    """pdl_launch: never on CPU / NPU or when the config does not ask; on a CUDA device that supports it, unless
-    DS_OPS_PDL is 0 / false / no / off."""
+    """pdl_launch: never on CPU / NPU, under TRITON_INTERPRET=1 (whatever the tensors' device) or when the config
+    does not ask; on a CUDA device that supports it, unless DS_OPS_PDL is 0 / false / no / off."""
     from ops.triton import _pdl
     monkeypatch.setattr(_pdl, "_device_pdl", lambda index: True)
     cuda0 = torch.device("cuda", 0)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not _pdl.pdl_launch(cuda0, True)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert not _pdl.pdl_launch(torch.device("cpu"), True)
     assert not _pdl.pdl_launch(cuda0, False)
     monkeypatch.delenv("DS_OPS_PDL", raising=False)
@@ -1589,7 +1592,7 @@ def test_pdl_launch_only_on_cuda_when_asked_and_not_turned_off(monkeypatch):
 
 @_host
 def test_pdl_config_must_be_a_bool():
-    with pytest.raises(ValueError, match="pdl must be a bool, got 'yes'"):
+    with pytest.raises(ValueError, match="pdl must be true or false"):
         T.plan_quant_matmul(64, 2112, 7168, torch.device("cpu"), dict(_variant("dot", 64, 32, 256), pdl="yes"))
 
 
@@ -1597,7 +1600,7 @@ def test_pdl_config_must_be_a_bool():
 @pytest.mark.parametrize("gemm, M, stages, pdl", [
     ("q_b", 1, 3, False), ("q_b", 16, 3, False), ("dense_gate", 16, 3, False),    # M <= 16, N >= 8192
     ("o_proj", 16, 5, False), ("moe_gate_up", 16, 5, False),                       # M <= 16, N < 8192
-    ("qkv_a", 16, 8, False), ("moe_gate", 16, 8, False),                           # the BN16 tile: pdl lost there
+    ("qkv_a", 16, 9, True), ("moe_gate", 16, 9, True),   # the BN16 tile: 9 stages, one program per SM, with pdl
     ("o_proj", 64, 4, False), ("dense_down", 64, 4, False), ("moe_down", 64, 4, False),   # M <= 64, 4224 <= N < 8192
     ("qkv_a", 64, 5, True), ("moe_gate", 64, 5, True), ("moe_gate_up", 64, 5, True),     # M 33..64, N < 4224
     ("q_b", 64, 4, False), ("qkv_a", 128, 4, False)])
@@ -1612,39 +1615,75 @@ def test_cuda_decode_buckets_after_session_10(gemm, M, stages, pdl):
 
 @_host
 def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
-    """The cuda table's pdl bucket compiles for sm_90 with griddepcontrol.launch_dependents and griddepcontrol.wait,
-    and the wait comes before the kernel's first global load, cp.async, store or atomic (a kernel that read x
-    before the wait would race the kernel that writes it). Buckets without pdl have neither instruction.
-    Compiled in a subprocess without TRITON_INTERPRET."""
+    """Every cuda-table case the launcher runs with PDL (and the streaming GEMV and the row kernels with PDL forced)
+    compiles for sm_90 with griddepcontrol.launch_dependents and then griddepcontrol.wait before the kernel's first
+    global / shared load or store, cp.async or atomic (a kernel that read x before the wait would race the kernel
+    that writes it). Cases without PDL have neither instruction. Compiled in a subprocess without TRITON_INTERPRET."""
     import subprocess
     import sys
     code = (
         "import re, triton, ops.triton.quant as T\n"
         "from triton.backends.compiler import GPUTarget\n"
-        "seen = {True: 0, False: 0}\n"
-        "for c in T.compile_cases('cuda'):\n"
-        "    if not c['name'].startswith('quant_matmul_m64_') or 'even_bf16' not in c['name']:\n"
-        "        continue\n"
+        "cases = T.compile_cases('cuda')\n"
+        "gemv = [dict(c, constexprs=dict(c['constexprs'], PDL=True), name=c['name'] + '_forced')\n"
+        "        for c in cases if 'gemv_stream' in c['name'] and c['name'].endswith('even_bf16')]\n"
+        "rows = [dict(c, constexprs=dict(c['constexprs'], PDL=True), name=c['name'] + '_forced')\n"
+        "        for c in cases if c['name'].startswith(('dynamic_quant_single', 'rms_norm_dynamic_quant_chunked'))\n"
+        "        and c['name'].endswith('smooth_bf16_b0')]\n"
+        "plain = [c for c in cases if not c['constexprs'].get('PDL') and c['name'].endswith('even_bf16')][:3]\n"
+        "todo = [c for c in cases if c['constexprs'].get('PDL') and c['name'].endswith('even_bf16')] + gemv + rows + plain\n"
+        "mem = re.compile(r'\\b(?:ld|st)(?:\\.[\\w:]+)*\\.(?:global|shared)|\\bcp\\.async|\\batom\\.|\\bred\\.')\n"
+        "n = {True: 0, False: 0}\n"
+        "for c in todo:\n"
         "    ptx = triton.compile(triton.compiler.ASTSource(c['fn'], c['signature'], c['constexprs']),\n"
         "                         target=GPUTarget('cuda', 90, 64),\n"
-        "                         options=dict(num_warps=c['num_warps'], num_stages=c['num_stages'])).asm['ptx']\n"
+        "                         options=dict(num_warps=c['num_warps'], num_stages=c.get('num_stages', 1))).asm['ptx']\n"
         "    body = ptx[ptx.index('.entry'):]\n"
-        "    pdl = c['constexprs']['PDL']\n"
-        "    seen[pdl] += 1\n"
+        "    pdl = bool(c['constexprs'].get('PDL'))\n"
+        "    n[pdl] += 1\n"
         "    if not pdl:\n"
         "        assert 'griddepcontrol' not in body, c['name']\n"
         "        continue\n"
         "    wait = body.index('griddepcontrol.wait')\n"
         "    assert 0 <= body.index('griddepcontrol.launch_dependents') < wait, c['name']\n"
-        "    first = min(m.start() for m in re.finditer(r'\\b(ld\\.global|cp\\.async|st\\.global|atom\\.|red\\.)', body))\n"
-        "    assert wait < first, c['name']\n"
-        "print('checked', seen[True], seen[False])\n")
+        "    assert wait < mem.search(body).start(), c['name']\n"
+        "print('checked', n[True], n[False], len(gemv), len(rows))\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
-    n_pdl, n_plain = (int(v) for v in r.stdout.split()[-2:])
-    assert n_pdl >= 2 and n_plain >= 2, r.stdout
+    n_pdl, n_plain, n_gemv, n_rows = (int(v) for v in r.stdout.split()[-4:])
+    assert n_plain == 3 and n_gemv >= 2 and n_rows >= 2 and n_pdl >= 3 + n_gemv + n_rows, r.stdout
+
+
+@_host
+@pytest.mark.parametrize("pdl", [False, True])
+def test_pdl_launch_and_constexpr_always_together(pdl, monkeypatch):
+    """The launchers pass launch_pdl=True exactly when they pass PDL=True (an early launch whose kernel never
+    waits would read the previous kernel's output before it is written): quant_matmul's MMA and GEMV paths and the
+    two row kernels, with the device check forced on."""
+    seen = []
+
+    class _Recorder:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append(kw)
+
+    monkeypatch.setattr(T, "pdl_launch", lambda device, wanted: wanted)
+    for name in ("_qmm_kernel", "_qmm_gemv_kernel", "_dynamic_quant_kernel", "_rms_norm_quant_kernel"):
+        monkeypatch.setattr(T, name, _Recorder())
+    g = torch.Generator().manual_seed(3)
+    x, w, ws, xs, _ = _qmm_inputs(16, 256, 64, g)
+    T.quant_matmul_config(x, w, ws, xs, config=dict(_variant("dot", 16, 32, 128), pdl=pdl))
+    x1, w1, ws1, xs1, _ = _qmm_inputs(1, 256, 64, g)
+    gemv = dict(BLOCK_M=4, BLOCK_N=4, BLOCK_K=128, num_warps=4, split_k=1, mma="gemv_stream", pdl=pdl)
+    T.quant_matmul_config(x1, w1, ws1, xs1, config=gemv)
+    h = torch.randn(3, 256, generator=g)
+    row = dict(max_block_k=1024, tile_elems=1024, num_warps=4, pdl=pdl)
+    T.dynamic_quant_config(h, config=row)
+    T.rms_norm_dynamic_quant_config(h, torch.ones(256), config=row)
+    assert len(seen) == 4
+    for kw in seen:
+        assert kw.get("launch_pdl", False) == kw.get("PDL", False) == pdl, kw
 
 
 @_host
@@ -1663,7 +1702,8 @@ def test_gpu_pdl_bit_identical_eager_graph_and_after_a_producer():
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(23)
     K, N = 7168, 2112
-    for M, base in ((64, dict(T._bucket(64, _CUDA_QMM, N, K))), (1, dict(T._bucket(1, _CUDA_QMM, N, K)))):
+    for M, base in ((64, dict(T._bucket(64, _CUDA_QMM, N, K))), (16, dict(T._bucket(16, _CUDA_QMM, N, K))),
+                    (1, dict(T._bucket(1, _CUDA_QMM, N, K)))):
         for pdl in (False, True):
             _gpu_config_exact_eager_and_graph(M, K, N, dict(base, pdl=pdl), g, dev)
         sets = [tuple(t.to(dev) for t in _qmm_inputs(M, K, N, g)[:4]) for _ in range(6)]
@@ -1713,3 +1753,55 @@ def test_gpu_pdl_bit_identical_eager_graph_and_after_a_producer():
         graph.replay()
         torch.cuda.synchronize()
         assert all(torch.equal(o.cpu(), r) for o, r in zip(outs_g, ref))
+
+
+@_gpu
+def test_gpu_pdl_waits_for_a_producer_that_lets_it_launch_early():
+    """(GPU) A producer kernel that lets the next kernel launch at once (griddepcontrol.launch_dependents first),
+    then spins ~tens of µs and only then writes x. A PDL quant_matmul (MMA tile and GEMV) launched right after it
+    must read the new x. Negative control in the same run: a PDL copy kernel with no wait, launched the same way,
+    reads the old x at least once (so the producer really overlaps, and the check above can fail)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _late_writer(src_ptr, dst_ptr, n, SPIN: tl.constexpr, BLOCK: tl.constexpr):
+        tl.extra.cuda.gdc_launch_dependents()
+        acc = tl.program_id(0).to(tl.float32)
+        for _ in range(SPIN):
+            acc = acc * 0.999 + 1.0
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(src_ptr + i, mask=i < n)
+        tl.store(dst_ptr + i, tl.where(acc < 0, 0, v), mask=i < n)   # acc > 0 always: keeps the spin
+
+    @triton.jit
+    def _copy_no_wait(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst_ptr + i, tl.load(src_ptr + i, mask=i < n), mask=i < n)
+
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(29)
+    K, N = 7168, 2112
+    stale = 0
+    for M in (64, 16, 1):
+        base = dict(T._bucket(M, _CUDA_QMM, N, K), pdl=True)
+        x_old, w, ws, xs, _ = _qmm_inputs(M, K, N, g)
+        x_new = torch.randint(-127, 128, (M, K), generator=g, dtype=torch.int8)
+        want = R.quant_matmul(x_new, w, ws, xs)
+        x_old, x_new, w, ws, xs = (t.to(dev) for t in (x_old, x_new, w, ws, xs))
+        n, blk = M * K, 1024
+        for _ in range(3):
+            x = x_old.clone()
+            probe = torch.empty_like(x)
+            torch.cuda.synchronize()
+            _late_writer[(triton.cdiv(n, blk),)](x_new, x, n, SPIN=20000, BLOCK=blk)
+            _copy_no_wait[(triton.cdiv(n, blk),)](x, probe, n, BLOCK=blk, launch_pdl=True)
+            torch.cuda.synchronize()
+            stale += int(not torch.equal(probe, x_new))
+            x = x_old.clone()
+            torch.cuda.synchronize()
+            _late_writer[(triton.cdiv(n, blk),)](x_new, x, n, SPIN=20000, BLOCK=blk)
+            out = T.quant_matmul_config(x, w, ws, xs, config=base)
+            torch.cuda.synchronize()
+            assert torch.equal(out.cpu(), want), M
+    assert stale > 0, "the no-wait control never saw the old x: the producer did not overlap, so this test proves nothing"

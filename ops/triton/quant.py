@@ -57,8 +57,15 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
+@functools.lru_cache(maxsize=None)
 def _all_configs() -> dict:
-    return load_configs("quant")
+    """configs/quant.json, every quant_matmul bucket of every table checked once (:func:`_check_bucket`)."""
+    cfgs = load_configs("quant")
+    for table, sec in cfgs.items():
+        if isinstance(sec, dict) and "quant_matmul" in sec:
+            for i, b in enumerate(sec["quant_matmul"]["buckets"]):
+                _check_bucket(b, f"ops/triton/configs/quant.json [{table!r}] quant_matmul bucket {i}: ")
+    return cfgs
 
 
 def _config(op: str, device: torch.device) -> dict:
@@ -229,11 +236,15 @@ def _row_scale(amax, nan_count):
 def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
                           stride_xm, stride_qm,
                           HAS_SMOOTH: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                          SINGLE: tl.constexpr, FLAT_I8: tl.constexpr, FAST: tl.constexpr = False):
+                          SINGLE: tl.constexpr, FLAT_I8: tl.constexpr, FAST: tl.constexpr = False,
+                          PDL: tl.constexpr = False):
     """Rows [BLOCK_M] per work item; SINGLE: the row tile [BLOCK_M, BLOCK_K ≥ K] stays in registers, else two
     sweeps over K in BLOCK_K chunks (absmax, then quantise; the second one reads the rows from L1/L2).
     FAST (CUDA): NaN-propagating absmax and the reciprocal + Markstein quotient (:func:`_quantize_fast`),
-    bit-identical to the ``div_rn`` path."""
+    bit-identical to the ``div_rn`` path. PDL: as :func:`_qmm_kernel` (row config key ``pdl``)."""
+    if PDL:
+        pdl_start()
+        pdl_wait()
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     n_blocks = tl.cdiv(M, BLOCK_M)
@@ -293,9 +304,12 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
                            stride_xm, stride_rm, stride_qm, stride_om, eps,
                            HAS_RES: tl.constexpr, HAS_SMOOTH: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SINGLE: tl.constexpr,
-                           FLAT_I8: tl.constexpr, FAST: tl.constexpr = False):
+                           FLAT_I8: tl.constexpr, FAST: tl.constexpr = False, PDL: tl.constexpr = False):
     """As :func:`_dynamic_quant_kernel` (SINGLE: rows in registers; else three sweeps: Σs², absmax,
-    quantise); FAST (CUDA) changes only the quantisation step (bit-identical)."""
+    quantise); FAST (CUDA) changes only the quantisation step (bit-identical). PDL: as :func:`_qmm_kernel`."""
+    if PDL:
+        pdl_start()
+        pdl_wait()
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     n_blocks = tl.cdiv(M, BLOCK_M)
@@ -360,10 +374,11 @@ def _cached_row_launch(op: str, M: int, K: int, key: str) -> tuple:
 
 
 def _make_row_launch(cfg: dict, M: int, K: int) -> tuple:
-    """Launch tuple (BLOCK_M, BLOCK_K, SINGLE, grid, num_warps, FLAT_I8, FAST, num_stages) from one row config: ``max_block_k`` (the row stays in registers when
-    next_pow2(K) ≤ it, else BLOCK_K-wide sweeps), ``tile_elems`` (BLOCK_M = tile_elems // BLOCK_K rows per work
-    item, at most 64) or ``block_m`` (explicit), ``num_warps``, ``grid_cap`` (0 = one program per work item,
-    else a persistent loop), optional ``num_stages``, ``fast`` (CUDA quotient path) and ``flat_int8_store``."""
+    """Launch tuple (BLOCK_M, BLOCK_K, SINGLE, grid, num_warps, FLAT_I8, FAST, num_stages, pdl) from one row config:
+    ``max_block_k`` (the row stays in registers when next_pow2(K) ≤ it, else BLOCK_K-wide sweeps), ``tile_elems``
+    (BLOCK_M = tile_elems // BLOCK_K rows per work item, at most 64) or ``block_m`` (explicit), ``num_warps``,
+    ``grid_cap`` (0 = one program per work item, else a persistent loop), optional ``num_stages``, ``fast`` (CUDA
+    quotient path), ``flat_int8_store`` and ``pdl`` (programmatic dependent launch where the device takes it)."""
     kp = _np2(max(K, 1))
     block_k = min(kp, int(cfg["max_block_k"]))
     single = kp <= int(cfg["max_block_k"])
@@ -373,7 +388,8 @@ def _make_row_launch(cfg: dict, M: int, K: int) -> tuple:
     block_m = max(1, min(bm, _np2(max(M, 1)), 64))
     n_blocks = _cdiv(M, block_m)
     return (block_m, block_k, single, _grid(n_blocks, int(cfg.get("grid_cap", 0))), int(cfg["num_warps"]),
-            bool(cfg.get("flat_int8_store", False)), bool(cfg.get("fast", False)), int(cfg.get("num_stages", 0)))
+            bool(cfg.get("flat_int8_store", False)), bool(cfg.get("fast", False)), int(cfg.get("num_stages", 0)),
+            bool(cfg.get("pdl", False)))
 
 
 def _row_launch_for(op: str, M: int, K: int, device: torch.device, config: dict | None,
@@ -429,12 +445,14 @@ def dynamic_quant_config(x: torch.Tensor, *, smooth_scales: torch.Tensor | None 
     M = x2.shape[0]
     if M == 0 or K == 0:
         return q, scale.zero_()
-    block_m, block_k, single, grid, warps, flat, fast, stages = _row_launch_for(
+    block_m, block_k, single, grid, warps, flat, fast, stages, pdl = _row_launch_for(
         "dynamic_quant", M, K, x.device, config, backend_key)
     s = _unit_inner(smooth_scales) if smooth_scales is not None else x2     # per-column vectors: ptr + col
     launch = dict(num_warps=warps)
     if stages and x.device.type == "cuda":
         launch["num_stages"] = stages
+    if pdl and pdl_launch(x.device, True):
+        launch.update(launch_pdl=True, PDL=True)
     _dynamic_quant_kernel[(grid,)](x2, s, q, scale, M, K, x2.stride(0), K,
                                    HAS_SMOOTH=smooth_scales is not None, BLOCK_M=block_m, BLOCK_K=block_k,
                                    SINGLE=single, FLAT_I8=flat, FAST=fast, **launch)
@@ -483,13 +501,15 @@ def rms_norm_dynamic_quant_config(x: torch.Tensor, gamma: torch.Tensor, *, epsil
     if M == 0:
         return q, scale, res_out
     r2 = _flatten_rows(residual) if residual is not None else x2
-    block_m, block_k, single, grid, warps, flat, fast, stages = _row_launch_for(
+    block_m, block_k, single, grid, warps, flat, fast, stages, pdl = _row_launch_for(
         "rms_norm_dynamic_quant", M, K, x.device, config, backend_key)
     gamma = _unit_inner(gamma)                                              # per-column vectors: ptr + col
     s = _unit_inner(smooth_scales) if smooth_scales is not None else gamma
     launch = dict(num_warps=warps)
     if stages and x.device.type == "cuda":
         launch["num_stages"] = stages
+    if pdl and pdl_launch(x.device, True):
+        launch.update(launch_pdl=True, PDL=True)
     _rms_norm_quant_kernel[(grid,)](x2, r2, gamma, s, q, scale, res_out, M, K,
                                     x2.stride(0), r2.stride(0), K, K, float(epsilon),
                                     HAS_RES=residual is not None, HAS_SMOOTH=smooth_scales is not None,
@@ -894,6 +914,7 @@ _GEMV_MAX_M = 4
 # quant_matmul switches that lost in every H200 sweep (docs/perf/quant_sweep5.md, quant_sweep6.md) and were removed:
 # a config naming one is an error, not silently a different kernel
 _REMOVED_KEYS = {
+    "pdl_prefetch": "asking L2 for the weights before the PDL wait was slower everywhere (docs/perf/quant_sweep11_pdl_prefetch.md)",
     "dynamic": "the persistent work-fetching grid was 2-3x slower (docs/perf/quant_sweep5.md)",
     "reduce_unroll": "the unrolled split-K reduction never won (docs/perf/quant_sweep5.md, quant_sweep6.md)",
     "stagger": "K walks started at a rotated step per column tile were 3-30 % slower (docs/perf/quant_sweep10.md)",
@@ -901,18 +922,44 @@ _REMOVED_KEYS = {
 _REMOVED_MMA = {"gemv": "round 5's GEMV mode is superseded by mma 'gemv_stream' (docs/perf/quant_sweep7.md)"}
 
 
-def _check_bucket(b: dict) -> None:
-    """Raise ValueError for a quant_matmul bucket / config that names a removed switch or an unknown mma."""
+# every key a quant_matmul bucket (or a config passed to quant_matmul_config / plan_quant_matmul) may name; SPLIT_K
+# and K_PER_SPLIT are what a plan adds, so a plan can be passed back as a config
+_BUCKET_KEYS = {"max_m", "min_n", "max_n", "min_k", "max_k", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps",
+                "num_stages", "split_k", "split_target", "reduce", "mma", "mask_m", "programs_per_sm", "dp4a",
+                "prefetch", "pdl", "SPLIT_K", "K_PER_SPLIT"}
+_REQUIRED_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")
+
+
+def _check_bucket(b: dict, where: str = "") -> None:
+    """Raise for a quant_matmul bucket / config that names a removed switch, an unknown key or mma, a reduce that is
+    not "kernel" / "atomic", a pdl that is not true / false (0 / 1), a split_k that is not "auto" or an int ≥ 1, or
+    tile sizes that are not powers of two (ValueError); or that lacks BLOCK_M / BLOCK_N / BLOCK_K / num_warps (and
+    GROUP_M / num_stages, except for mma "gemv_stream") (KeyError). ``where`` prefixes the message (the table and bucket it came from)."""
     for k, why in _REMOVED_KEYS.items():
         if k in b:
-            raise ValueError(f"config key {k!r} was removed from quant_matmul: {why}")
-    if not isinstance(b.get("pdl", False), (bool, int)):
-        raise ValueError(f"config pdl must be a bool, got {b['pdl']!r}")
+            raise ValueError(f"{where}config key {k!r} was removed from quant_matmul: {why}")
+    unknown = sorted(set(b) - _BUCKET_KEYS)
+    if unknown:
+        raise ValueError(f"{where}unknown quant_matmul config key(s) {unknown}; the keys are {sorted(_BUCKET_KEYS)}")
     mma = b.get("mma", "dot")
+    for k in _REQUIRED_KEYS + (() if mma == _GEMV_STREAM else ("GROUP_M", "num_stages")):
+        if k not in b:
+            raise KeyError(f"{where}quant_matmul config needs {k!r} (it has {sorted(b)})")
     if mma in _REMOVED_MMA:
-        raise ValueError(f"config mma {mma!r} was removed from quant_matmul: {_REMOVED_MMA[mma]}")
+        raise ValueError(f"{where}config mma {mma!r} was removed from quant_matmul: {_REMOVED_MMA[mma]}")
     if mma not in _MMA_MODES and mma != _GEMV_STREAM:
-        raise ValueError(f"config mma must be one of {sorted(_MMA_MODES) + [_GEMV_STREAM]}, got {mma!r}")
+        raise ValueError(f"{where}config mma must be one of {sorted(_MMA_MODES) + [_GEMV_STREAM]}, got {mma!r}")
+    if b.get("reduce", "kernel") not in ("kernel", "atomic"):
+        raise ValueError(f"{where}config reduce must be 'kernel' or 'atomic', got {b['reduce']!r}")
+    if b.get("pdl", False) not in (True, False):   # 0 / 1 compare equal to False / True
+        raise ValueError(f"{where}config pdl must be true or false (or 0 / 1), got {b['pdl']!r}")
+    sk = b.get("split_k", "auto")
+    if sk != "auto" and (isinstance(sk, bool) or not isinstance(sk, int) or sk < 1):
+        raise ValueError(f"{where}config split_k must be 'auto' or an int >= 1, got {sk!r}")
+    for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        v = b[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
+            raise ValueError(f"{where}config {k} must be a power of two (a tl.arange length), got {v!r}")
 
 _COUNTERS: dict = {}
 _CNT_REGION = 1024   # counters per stream region (≥ the tiles of any split-K launch; more → a fresh buffer)
@@ -1294,6 +1341,8 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                         ce = dict(HAS_RES=True, HAS_SMOOTH=smooth, BLOCK_M=block_m,
                                   BLOCK_K=block_k, SINGLE=single, FLAT_I8=bool(c.get("flat_int8_store", False)),
                                   FAST=bool(c.get("fast", False)))
+                    sig["PDL"] = "constexpr"
+                    ce["PDL"] = bool(c.get("pdl", False)) and table == "cuda"
                     name = f"{op}_{'single' if single else 'chunked'}_bm{block_m}_bk{block_k}_{'smooth' if smooth else 'plain'}_{dt[1:]}"
                     if "buckets" in cfgs[op]:
                         name += f"_b{bi}"

@@ -3,8 +3,9 @@
 
 1. A one-program spin kernel without gdc_wait, 20 launches back to back: with PDL honoured they run concurrently
    (total ≈ one spin), without it serially (≈ 20 spins).
-2. quant_matmul decode buckets, table / pdl with prefetch / pdl without prefetch, timed two ways: CUDA-graph replay,
-   and eager launches queued behind a device sleep (events around the 20 calls: device time, no host gaps).
+2. quant_matmul decode buckets at several stage counts, table / pdl, by CUDA-graph replay. (Round 59 also timed a
+   variant that asked L2 for the weights before the wait, the since-removed key ``pdl_prefetch`` of commit 942af53:
+   docs/perf/quant_sweep12_pdl_probe.txt.)
 """
 from __future__ import annotations
 
@@ -69,8 +70,7 @@ def main():
         b = dict(TQ._bucket(M, cfg, N, K))
         ref = [TQ.quant_matmul_config(*s) for s in sets]
         for st in stages:
-            for name, c in (("table", dict(b, num_stages=st)), ("pdl+prefetch", dict(b, pdl=True, num_stages=st)),
-                            ("pdl", dict(b, pdl=True, pdl_prefetch=False, num_stages=st))):
+            for name, c in (("table", dict(b, num_stages=st)), ("pdl", dict(b, pdl=True, num_stages=st))):
                 fns = [lambda s=s, c=c: TQ.quant_matmul_config(*s, config=c) for s in sets]
                 same = all(torch.equal(f(), r) for f, r in zip(fns, ref))
                 ge = statistics.median(graph_time_us(fns, calls=20, replays=10).p50_us for _ in range(3))
