@@ -42,11 +42,16 @@ def _inputs(M: int, K: int, N: int, dev: torch.device, g: torch.Generator):
 
 
 def _parse_cands(text: str) -> dict:
-    """'name=key:value,key:value;...' → {name: {key: int value}} (bucket overrides)."""
+    """'name=key:value,key:value;...' → {name: {key: int value}} (bucket overrides). Raises ValueError naming the
+    part that is not of that form."""
     cands = {}
     for part in filter(None, (p.strip() for p in text.split(";"))):
         name, _, kvs = part.partition("=")
-        cands[name.strip()] = {k.strip(): int(v) for k, v in (kv.split(":") for kv in kvs.split(","))}
+        try:
+            cands[name.strip()] = {k.strip(): int(v) for k, v in (kv.split(":") for kv in kvs.split(","))}
+        except ValueError:
+            raise ValueError(f"--cands part {part!r} is not name=key:int,key:int (e.g. 's4pdl=num_stages:4,pdl:1')") \
+                from None
     return cands
 
 
@@ -69,13 +74,19 @@ def _graph_outputs(sets, config):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--out", default=None, help="markdown file to write (default: print only)")
+    ap.add_argument("--rounds", type=int, default=3, help="timing rounds, alternating the candidates (default 3)")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="quant_matmul shapes GEMM_M<rows> (default: 8 GEMMs "
+                    "of ops.quant.QUANT_MATMUL_KN at M 1, 2, 16, 64, 128)")
     ap.add_argument("--cands", default="pdl=pdl:1",
                     help="name=key:value,key:value;... bucket overrides (ints, 0/1 for booleans) timed beside the table")
     a = ap.parse_args()
-    over = _parse_cands(a.cands)
+    try:
+        over = _parse_cands(a.cands)
+    except ValueError as e:
+        ap.error(str(e))
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device (this torch sees none)")
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     copy = copy_tbs(dev)

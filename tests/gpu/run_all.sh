@@ -307,6 +307,12 @@ round64)  # session 10: PDL where the next call's programs cannot share an SM (m
   step qmm_ab4 200 python3 perf/bench_pdl_ab.py --rounds 3 --cands 'pdl=pdl:1;s9=num_stages:9;s9pdl=num_stages:9,pdl:1;s10pdl=num_stages:10,pdl:1' --out "$OUT/qmm_ab4.md" --shapes qkv_a_M4,qkv_a_M16,moe_gate_M4,moe_gate_M16
   step qmm_ab5 200 python3 perf/bench_pdl_ab.py --rounds 3 --cands 's5=num_stages:5;s5pdl=num_stages:5,pdl:1;s6pdl=num_stages:6,pdl:1' --out "$OUT/qmm_ab5.md" --shapes qkv_a_M128,moe_gate_M128,qkv_a_M64,moe_gate_M64
   ;;
+round65)  # session 10: BN16 tile at 9 stages + PDL; PDL where the producer is a row kernel (pairs); GPU tests incl. the early-trigger control
+  step pytest_gpu 240 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py -k "gpu or pdl or session_10"
+  step pdl_pair 200 python3 perf/bench_pdl_pair.py --rounds 3 --out "$OUT/pdl_pair.md"
+  step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step perf_qmm16 80 python3 -m perf --device cuda --ops quant_matmul --shapes qkv_a_M16,moe_gate_M16 --backends triton --no-layer --no-dispatch --out "$OUT/perf_qmm16"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
