@@ -114,7 +114,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budget-s", type=float, default=400.0, help="stop starting new cases after this many seconds")
     ap.add_argument("--self-test", action="store_true", help="only run the out-of-bounds negative control")
-    ap.add_argument("--only", default="", help="run only the cases whose name starts with this (e.g. quant_matmul)")
+    ap.add_argument("--only", default="", help="run only the cases whose name starts with one of these comma-separated "
+                    "prefixes (e.g. quant_matmul,dynamic_quant)")
     args = ap.parse_args()
     if args.self_test:
         self_test()
@@ -124,7 +125,7 @@ def main() -> int:
     n = skipped = 0
     with ops.backend("triton"):
         for name, fn, inp in cases():
-            if not name.startswith(args.only):
+            if not name.startswith(tuple(args.only.split(","))):
                 continue
             if time.perf_counter() - t0 > args.budget_s:
                 skipped += 1
