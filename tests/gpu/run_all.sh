@@ -320,6 +320,12 @@ round66)  # session 10: PDL in the decode row buckets too: pairs (table column),
   step sanitize_quant 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul,dynamic_quant,rms_norm_dynamic_quant --budget-s 120
   step perf_rows 120 python3 -m perf --device cuda --ops dynamic_quant,rms_norm_dynamic_quant --backends triton --no-layer --no-dispatch --out "$OUT/perf_rows"
   ;;
+round67)  # session 10 final table: PDL at M 3..16 only (row ops + the BN16 GEMM); pairs, GPU tests, checks, the M64 rows back without PDL
+  step pytest_gpu 200 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py -k "gpu or pdl or session_10"
+  step pdl_pair 120 python3 perf/bench_pdl_pair.py --rounds 3 --out "$OUT/pdl_pair.md"
+  step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step perf_rows 120 python3 -m perf --device cuda --ops quant_matmul,dynamic_quant,rms_norm_dynamic_quant --shapes 'qkv_a_M64,moe_gate_M64,moe_gate_up_M64,*_T1,*_T16,*_T64,qkv_a_M16,moe_gate_M16' --backends triton --no-layer --no-dispatch --out "$OUT/perf_rows"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
