@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from ops.triton import moe_gating as TG  # noqa: E402
+from perf.report import print_and_write_lines  # noqa: E402
 from perf.timers import graph_time_us  # noqa: E402
 from reference import moe_gating as RG  # noqa: E402
 
@@ -56,11 +57,7 @@ def main() -> int:
             cells = " | ".join(f"{statistics.median(v):.2f}" for v in times.values())
             lines.append(f"| {T} | {str(dt)[6:]} | {cells} | {same} | {ids_ok} |")
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    print(text)
+    print_and_write_lines(lines, a.out)
     return 1 if bad else 0
 
 

@@ -23,6 +23,7 @@ import torch  # noqa: E402
 from ops.quant import QUANT_MATMUL_KN  # noqa: E402
 from ops.triton import quant as TQ  # noqa: E402
 from perf.peaks import copy_tbs  # noqa: E402
+from perf.report import print_and_write_lines  # noqa: E402
 from perf.timers import graph_time_us  # noqa: E402
 from reference import quant as RQ  # noqa: E402
 
@@ -126,11 +127,7 @@ def main() -> int:
         tag = f"{b.get('mma', 'dot')} {b['BLOCK_M']}x{b['BLOCK_N']}x{b['BLOCK_K']} s{b['num_stages']}"
         lines.append(f"| {name} | {tag} | " + " | ".join(cells) + f" | {same}, {same_g} | {ref_ok} |")
         print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    print(text)
+    print_and_write_lines(lines, a.out)
     return 1 if bad else 0
 
 

@@ -23,6 +23,7 @@ import torch  # noqa: E402
 from ops.quant import QUANT_MATMUL_KN  # noqa: E402
 from ops.triton import quant as TQ  # noqa: E402
 from perf.bench_pdl_ab import _inputs  # noqa: E402
+from perf.report import print_and_write_lines  # noqa: E402
 from perf.timers import graph_time_us  # noqa: E402
 
 SHAPES = "qkv_a_M1,qkv_a_M2,qkv_a_M16,qkv_a_M64,moe_gate_M16,moe_gate_M64,q_b_M16,o_proj_M64"
@@ -81,11 +82,7 @@ def main() -> int:
         cells = " | ".join(f"{statistics.median(t):.2f}" for t in times.values())
         lines.append(f"| {name} | {op} | {cells} | {same} |")
         print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    print(text)
+    print_and_write_lines(lines, a.out)
     return 1 if bad else 0
 
 

@@ -174,6 +174,16 @@ def write_all(rows: Sequence[dict], meta: dict, layer: dict, notes: list[str], o
           + (f" ({meta['elapsed_s']} s)" if meta.get("elapsed_s") is not None else ""), flush=True)
 
 
+def print_and_write_lines(lines: Sequence[str], out: str | None) -> str:
+    """The A/B scripts' ending: ``lines`` joined into Markdown, written to ``out`` (when given) and printed."""
+    text = "\n".join(lines) + "\n"
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+    print(text)
+    return text
+
+
 def results_path(path: str) -> str:
     """A report's results.json: ``path`` itself, or the results.json in it when it is a folder."""
     return os.path.join(path, "results.json") if os.path.isdir(path) else path

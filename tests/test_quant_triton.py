@@ -49,6 +49,17 @@ def _host(fn):
     return fn
 
 
+def _run_uninterpreted(code: str, timeout: int):
+    """``python -c code`` from the repository root without TRITON_INTERPRET (real compiles for a CUDA target on a
+    CPU machine); the CompletedProcess, output captured as text."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 # ----------------------------------------------------------------------------------------------
 # fixtures
 # ----------------------------------------------------------------------------------------------
@@ -400,8 +411,6 @@ def test_gemv_split_k_reduce_compiles_for_cuda_with_m_specialised_to_1():
     fails to compile. The interpreter never specialises, and the shipped tables do not split the M = 1 GEMV, so only
     an sm_90 compile of the split-K "atomic" cases shows it (session-6 review: it broke quant_matmul_config with
     split_k > 1 at M = 1 on the GPU). Compiled in a subprocess without TRITON_INTERPRET."""
-    import subprocess
-    import sys
     code = (
         "import triton, ops.triton.quant as T\n"
         "from triton.backends.compiler import GPUTarget\n"
@@ -413,9 +422,7 @@ def test_gemv_split_k_reduce_compiles_for_cuda_with_m_specialised_to_1():
         "    triton.compile(triton.compiler.ASTSource(c['fn'], c['signature'], c['constexprs']),\n"
         "                   target=GPUTarget('cuda', 90, 64), options=dict(num_warps=1, num_stages=1))\n"
         "print('compiled', len(cases))\n")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    r = _run_uninterpreted(code, timeout=300)
     assert r.returncode == 0 and "compiled 4" in r.stdout, r.stderr[-2000:]
 
 
@@ -1632,8 +1639,6 @@ def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
     compiles for sm_90 with griddepcontrol.launch_dependents and then griddepcontrol.wait before the kernel's first
     global / shared load or store, cp.async or atomic (a kernel that read x before the wait would race the kernel
     that writes it). Cases without PDL have neither instruction. Compiled in a subprocess without TRITON_INTERPRET."""
-    import subprocess
-    import sys
     code = (
         "import re, triton, ops.triton.quant as T\n"
         "from triton.backends.compiler import GPUTarget\n"
@@ -1663,9 +1668,7 @@ def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
         "    assert wait < mem.search(body).start(), c['name']\n"
         "kinds = {c['fn'].__name__ for c in table}\n"
         "print('checked', n[True], n[False], len(gemv), len(rows), len(table), len(kinds))\n")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    r = _run_uninterpreted(code, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     n_pdl, n_plain, n_gemv, n_rows, n_table, n_kinds = (int(v) for v in r.stdout.split()[-6:])
     # the table's PDL launches: the M 3..16 GEMM tile and both row kernels at M 3..16
