@@ -59,7 +59,6 @@ def main():
               f"graph {graph_time_us([f], calls=20, replays=10).p50_us:.2f} us/call", flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
     cfg = TQ._all_configs()["cuda"]["quant_matmul"]
-    only = sys.argv[1] if len(sys.argv) > 1 else "all"
     for K, N, M, stages in ((7168, 2112, 16, (8, 5, 4, 3)), (1536, 24576, 16, (5, 3, 2)), (7168, 2112, 64, (5, 3)),
                             (7168, 2112, 128, (4, 3)), (7168, 2112, 2, (1,)), (7168, 2112, 1, (1,))):
         sets = []
