@@ -1824,3 +1824,54 @@ def test_gpu_pdl_waits_for_a_producer_that_lets_it_launch_early():
             torch.cuda.synchronize()
             assert torch.equal(out.cpu(), want), M
     assert stale > 0, "the no-wait control never saw the old x: the producer did not overlap, so this test proves nothing"
+
+
+@_host
+@pytest.mark.parametrize("cfg, err, match", [
+    (dict(max_block_k=1024, tile_elems=1024, num_warps=4, pld=1), ValueError, r"unknown row config key\(s\) \['pld'\]"),
+    (dict(max_block_k=1000, tile_elems=1024, num_warps=4), ValueError, "max_block_k must be a power of two"),
+    (dict(max_block_k=1024, num_warps=4), KeyError, "needs 'tile_elems' or 'block_m'"),
+    (dict(max_block_k=1024, tile_elems=1024), KeyError, "needs 'num_warps'"),
+    (dict(max_block_k=1024, tile_elems=1024, num_warps=4, pdl="yes"), ValueError, "pdl must be true or false")])
+def test_row_configs_are_checked_before_any_launch(cfg, err, match):
+    """A row-op config with a misspelt key, a non-power-of-two max_block_k, a bad pdl or a missing key is refused
+    with its name (session-10 new-user trial: a misspelt key was silently ignored)."""
+    x = torch.randn(2, 64)
+    with pytest.raises(err, match=match):
+        T.dynamic_quant_config(x, config=cfg)
+    with pytest.raises(err, match=match):
+        T.rms_norm_dynamic_quant_config(x, torch.ones(64), config=cfg)
+
+
+@_host
+@pytest.mark.parametrize("change, err, match", [
+    (dict(pld=True), ValueError, r"unknown quant_matmul config key\(s\) \['pld'\]"),
+    (dict(pdl_prefetch=True), ValueError, "'pdl_prefetch' was removed"),
+    (dict(reduce="atomc"), ValueError, "reduce must be 'kernel' or 'atomic'"),
+    (dict(pdl=2), ValueError, "pdl must be true or false"),
+    (dict(split_k="Auto"), ValueError, "split_k must be 'auto' or an int >= 1"),
+    (dict(split_k=0), ValueError, "split_k must be 'auto' or an int >= 1"),
+    (dict(BLOCK_K=100), ValueError, "BLOCK_K must be a power of two"),
+    (dict(num_warps=None), KeyError, "needs 'num_warps'"),
+    (dict(GROUP_M=None), KeyError, "needs 'GROUP_M'")])
+def test_quant_matmul_configs_are_checked_before_any_launch(change, err, match):
+    """A quant_matmul config with a misspelt or removed key, a bad reduce / pdl / split_k, a non-power-of-two tile
+    or a missing key is refused by the plan, with its name (session-10 new-user trial)."""
+    cfg = {k: v for k, v in dict(_variant("dot", 16, 32, 128), **change).items() if v is not None}
+    with pytest.raises(err, match=match):
+        T.plan_quant_matmul(16, 64, 256, torch.device("cpu"), cfg)
+
+
+@_host
+def test_a_bad_table_bucket_is_refused_at_load_naming_it(monkeypatch):
+    """The tables are checked once, when first loaded, and the message names the table and the bucket."""
+    cfgs = json.loads(json.dumps(T.load_configs("quant")))
+    cfgs["cuda"]["quant_matmul"]["buckets"][3]["pld"] = True
+    monkeypatch.setattr(T, "load_configs", lambda name: cfgs)
+    T._all_configs.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"configs/quant.json \['cuda'\] quant_matmul bucket 3: unknown"):
+            T._all_configs()
+    finally:
+        monkeypatch.undo()
+        T._all_configs.cache_clear()

@@ -59,12 +59,19 @@ _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 @functools.lru_cache(maxsize=None)
 def _all_configs() -> dict:
-    """configs/quant.json, every quant_matmul bucket of every table checked once (:func:`_check_bucket`)."""
+    """configs/quant.json, every quant_matmul bucket and row-op config of every table checked once
+    (:func:`_check_bucket`, :func:`_check_row_config`)."""
     cfgs = load_configs("quant")
     for table, sec in cfgs.items():
-        if isinstance(sec, dict) and "quant_matmul" in sec:
+        if not isinstance(sec, dict):
+            continue
+        if "quant_matmul" in sec:
             for i, b in enumerate(sec["quant_matmul"]["buckets"]):
                 _check_bucket(b, f"ops/triton/configs/quant.json [{table!r}] quant_matmul bucket {i}: ")
+        for op in ("dynamic_quant", "rms_norm_dynamic_quant"):
+            if op in sec:
+                for i, b in enumerate(sec[op].get("buckets", [sec[op]])):
+                    _check_row_config(b, f"ops/triton/configs/quant.json [{table!r}] {op} config {i}: ")
     return cfgs
 
 
@@ -373,12 +380,36 @@ def _cached_row_launch(op: str, M: int, K: int, key: str) -> tuple:
     return _make_row_launch(_row_bucket(_all_configs()[key][op], M), M, K)
 
 
+_ROW_KEYS = {"max_m", "max_block_k", "tile_elems", "block_m", "num_warps", "grid_cap", "num_stages", "fast",
+             "flat_int8_store", "pdl"}
+
+
+def _check_row_config(cfg: dict, where: str = "") -> None:
+    """Raise ValueError for a row-op config (dynamic_quant / rms_norm_dynamic_quant) that names an unknown key, has
+    a max_block_k that is not a power of two or a pdl that is not true / false (0 / 1); KeyError when it lacks
+    max_block_k, num_warps, or both tile_elems and block_m. ``where`` prefixes the message."""
+    unknown = sorted(set(cfg) - _ROW_KEYS)
+    if unknown:
+        raise ValueError(f"{where}unknown row config key(s) {unknown}; the keys are {sorted(_ROW_KEYS)}")
+    for k in ("max_block_k", "num_warps"):
+        if k not in cfg:
+            raise KeyError(f"{where}row config needs {k!r} (it has {sorted(cfg)})")
+    if "tile_elems" not in cfg and "block_m" not in cfg:
+        raise KeyError(f"{where}row config needs 'tile_elems' or 'block_m' (it has {sorted(cfg)})")
+    v = cfg["max_block_k"]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
+        raise ValueError(f"{where}row config max_block_k must be a power of two (a tl.arange length), got {v!r}")
+    if cfg.get("pdl", False) not in (True, False):
+        raise ValueError(f"{where}row config pdl must be true or false (or 0 / 1), got {cfg['pdl']!r}")
+
+
 def _make_row_launch(cfg: dict, M: int, K: int) -> tuple:
     """Launch tuple (BLOCK_M, BLOCK_K, SINGLE, grid, num_warps, FLAT_I8, FAST, num_stages, pdl) from one row config:
     ``max_block_k`` (the row stays in registers when next_pow2(K) ≤ it, else BLOCK_K-wide sweeps), ``tile_elems``
     (BLOCK_M = tile_elems // BLOCK_K rows per work item, at most 64) or ``block_m`` (explicit), ``num_warps``,
     ``grid_cap`` (0 = one program per work item, else a persistent loop), optional ``num_stages``, ``fast`` (CUDA
     quotient path), ``flat_int8_store`` and ``pdl`` (programmatic dependent launch where the device takes it)."""
+    _check_row_config(cfg)
     kp = _np2(max(K, 1))
     block_k = min(kp, int(cfg["max_block_k"]))
     single = kp <= int(cfg["max_block_k"])
