@@ -65,6 +65,7 @@ import triton
 import triton.language as tl
 
 from ._common import load_configs as _load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner
+from ._pdl import pdl_launch, pdl_start, pdl_wait
 
 __all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan"]
 
@@ -444,8 +445,14 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                      RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
                      SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, PERSISTENT: tl.constexpr,
-                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr):
-    """Partial / final MLA decode for work items (see module docstring); scale = softmax_scale (fp32)."""
+                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr,
+                     PDL: tl.constexpr = False):
+    """Partial / final MLA decode for work items (see module docstring); scale = softmax_scale (fp32).
+    PDL (CUDA sm_90+, section key ``pdl``): let the next kernel launch, then wait for the previous one before
+    touching memory (:mod:`ops.triton._pdl`)."""
+    if PDL:
+        pdl_start()
+        pdl_wait()
     pid = tl.program_id(0)
     if PERSISTENT:
         for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
@@ -516,8 +523,12 @@ def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, 
 def _amla_merge_kernel(opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                        N, ROWS, NUM_SPLITS, TOTAL_WORK,
                        D_V: tl.constexpr, SPLITS_P2: tl.constexpr, PERSISTENT: tl.constexpr,
-                       DV_BLOCK: tl.constexpr = 512, VEC: tl.constexpr = False):
-    """Merge the KV splits of each query row (one row per work item); empty splits (lse −inf) excluded."""
+                       DV_BLOCK: tl.constexpr = 512, VEC: tl.constexpr = False, PDL: tl.constexpr = False):
+    """Merge the KV splits of each query row (one row per work item); empty splits (lse −inf) excluded.
+    PDL: as :func:`_amla_fwd_kernel`."""
+    if PDL:
+        pdl_start()
+        pdl_wait()
     pid = tl.program_id(0)
     if PERSISTENT:
         for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
@@ -663,7 +674,8 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
                 merge_warps=sect["merge"]["num_warps"], merge_cols=int(sect["merge"].get("cols", 0)),
                 merge_vec=_merge_vec(sect["merge"], num_splits, B * rows),
                 flat=flat, dv_split=dv_split,
-                float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))))
+                float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))),
+                pdl=bool(sect.get("pdl", False)))
 
 
 _VEC_MERGE_TILE = 16384   # largest [pow2(splits), cols] fp32 tile of the vectorised merge (64 splits × 256 columns)
@@ -797,6 +809,7 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         opart, lsepart = out, lse     # unused
     LAST_LAUNCH.clear()
     LAST_LAUNCH["plan"] = dict(plan)   # a copy: the memoised plan is shared
+    pdl = dict(PDL=True, launch_pdl=True) if pdl_launch(dev, plan.get("pdl", False)) else {}
     LAST_LAUNCH["fwd"] = _amla_fwd_kernel[(plan["grid"],)](
         q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, out, lse, opart, lsepart,
         *qn_st, *qr_st,
@@ -808,7 +821,7 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         LAZY=float(plan["lazy"] if lazy is None else lazy), SKIP=plan["skip"], SPLIT=split,
         Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"], DV_SPLIT=plan["dv_split"],
         FGUARD=plan["float_guard"], PEEL=plan["peel"],
-        num_warps=plan["num_warps"], num_stages=plan["num_stages"])
+        num_warps=plan["num_warps"], num_stages=plan["num_stages"], **pdl)
     if split and merge:
         # merge_cols (CUDA, the vectorised merge only): each work item takes that many output columns of one row
         cols = plan["merge_cols"] if plan["merge_vec"] else 0
@@ -822,7 +835,7 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
             opart, lsepart, out, lse, out.stride(0), out.stride(1), out.stride(2),
             lse.stride(0), lse.stride(1), lse.stride(2), N, rows, ns, mtotal,
             D_V=D_V, SPLITS_P2=_np2(ns), PERSISTENT=plan["persistent"], DV_BLOCK=dvb, VEC=vec,
-            num_warps=plan["merge_warps"])
+            num_warps=plan["merge_warps"], **pdl)
     return out, lse
 
 
@@ -880,7 +893,8 @@ def ascend_compile_cases() -> list[dict]:
                                      BLOCK_N=plan["BLOCK_N"], CAUSAL=True, RESCALE=rescale,
                                      ROUND_C=plan["round_c"], LAZY=plan["lazy"], SKIP=plan["skip"], SPLIT=split,
                                      Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"],
-                                     DV_SPLIT=plan["dv_split"], FGUARD=plan["float_guard"], PEEL=plan["peel"])
+                                     DV_SPLIT=plan["dv_split"], FGUARD=plan["float_guard"], PEEL=plan["peel"],
+                                     PDL=False)
                         name = (f"amla_fwd_{dt}_bm{plan['BLOCK_M']}_bn{plan['BLOCK_N']}_page{page}"
                                 f"_{'split' if split else 'nosplit'}_{'amla' if rescale else 'mul'}")
                         if name in seen:
@@ -897,7 +911,7 @@ def ascend_compile_cases() -> list[dict]:
         sig.update({k: "i32" for k in ["so_b", "so_s", "so_h", "sl_b", "sl_s", "N", "ROWS", "NUM_SPLITS",
                                        "TOTAL_WORK"]})
         const = dict(sl_h=1, D_V=512, SPLITS_P2=_np2(sect["max_splits"]), PERSISTENT=True, DV_BLOCK=512,
-                     VEC=int(sect["merge"].get("vec_min_splits", 0)) > 0)
+                     VEC=int(sect["merge"].get("vec_min_splits", 0)) > 0, PDL=False)
         sig.update({k: "constexpr" for k in const})
         cases.append(dict(name=f"amla_merge_{dt}", fn=_amla_merge_kernel, signature=sig, constexprs=const))
     return cases

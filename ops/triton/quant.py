@@ -945,7 +945,8 @@ _GEMV_MAX_M = 4
 # quant_matmul switches that lost in every H200 sweep (docs/perf/quant_sweep5.md, quant_sweep6.md) and were removed:
 # a config naming one is an error, not silently a different kernel
 _REMOVED_KEYS = {
-    "pdl_prefetch": "asking L2 for the weights before the PDL wait was slower everywhere (docs/perf/quant_sweep11_pdl_prefetch.md)",
+    "pdl_prefetch": "asking L2 for the weights before the PDL wait lost to PDL without it in every configuration timed "
+                    "(docs/perf/quant_sweep11_pdl_prefetch.md, quant_sweep12_pdl_probe.txt)",
     "dynamic": "the persistent work-fetching grid was 2-3x slower (docs/perf/quant_sweep5.md)",
     "reduce_unroll": "the unrolled split-K reduction never won (docs/perf/quant_sweep5.md, quant_sweep6.md)",
     "stagger": "K walks started at a rotated step per column tile were 3-30 % slower (docs/perf/quant_sweep10.md)",
