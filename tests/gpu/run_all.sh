@@ -326,6 +326,10 @@ round67)  # session 10 final table: PDL at M 3..16 only (row ops + the BN16 GEMM
   step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
   step perf_rows 120 python3 -m perf --device cuda --ops quant_matmul,dynamic_quant,rms_norm_dynamic_quant --shapes 'qkv_a_M64,moe_gate_M64,moe_gate_up_M64,*_T1,*_T16,*_T64,qkv_a_M16,moe_gate_M16' --backends triton --no-layer --no-dispatch --out "$OUT/perf_rows"
   ;;
+round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
+  step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
+  step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
+  ;;
 final)
   step diag_mla_prolog 45 python3 tests/gpu/diag_mla_prolog_cache.py
   step check_amla 105 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
