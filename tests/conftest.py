@@ -49,3 +49,14 @@ def pytest_runtest_call(item):
         outcome.force_exception(pytest.skip.Exception(
             "a CPU-interpreter test: on a CUDA machine run it with TRITON_INTERPRET=1 (the GPU checks are tests/gpu/)",
             _use_item_location=True))
+
+
+def run_uninterpreted(code: str, timeout: int):
+    """``python -c code`` from the repository root without TRITON_INTERPRET (real Triton compiles for a CUDA target
+    on a CPU machine); the CompletedProcess, output captured as text."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=timeout)

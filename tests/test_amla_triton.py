@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import example, given, strategies as st
 
-from tests.conftest import requires_triton
+from tests.conftest import requires_triton, run_uninterpreted
 from tests.tolerances import assert_close, cos_diff
 
 pytestmark = requires_triton
@@ -951,3 +951,59 @@ def test_supports_reason_names_the_dims_the_caller_passed(gen):
         if not ok:
             assert f"got {dc}" in why and "kv_lora_rank" in why, why
     assert "got 24" in tri.supports_reason(q_nope, q_rope[..., :24], kv, kr[..., :24], bt, sl, SCALE, True)
+
+
+# ----------------------------------------------------------------------------------------------
+# session 10: programmatic dependent launch (section key pdl, off in the tables; docs/perf/amla.md)
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("pdl", [False, True])
+def test_pdl_launch_and_constexpr_always_together(pdl, monkeypatch):
+    """Both launches (forward, split merge) pass launch_pdl=True exactly when they pass PDL=True (an early launch
+    whose kernel never waits would read the partials before they are written); no kernel runs here."""
+    from ops.amla import make_inputs
+    seen = []
+
+    class _Recorder:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append(kw)
+
+    monkeypatch.setattr(tri, "pdl_launch", lambda device, wanted: wanted)
+    monkeypatch.setattr(tri, "_amla_fwd_kernel", _Recorder())
+    monkeypatch.setattr(tri, "_amla_merge_kernel", _Recorder())
+    inp = make_inputs(dict(B=1, S_q=1, N=4, L=300, block_size=16), dtype=DT, generator=torch.Generator().manual_seed(5))
+    tri.amla_variant(**inp, config={"key": "interpreter", "pdl": pdl}, num_splits=2)
+    assert len(seen) == 2
+    for kw in seen:
+        assert kw.get("launch_pdl", False) == kw.get("PDL", False) == pdl, kw
+
+
+def test_pdl_off_in_every_table():
+    """Measured on the H200 and left off (B1 N128 +22 %): no table turns it on (docs/perf/amla_sweep19_pdl.md)."""
+    assert not any(v.get("pdl", False) for v in tri.load_configs().values() if isinstance(v, dict))
+
+
+def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
+    """With PDL forced, the forward and merge kernels compile for sm_90 with griddepcontrol.launch_dependents and
+    then griddepcontrol.wait before their first global / shared access, cp.async or atomic; without it, neither
+    instruction. Compiled in a subprocess without TRITON_INTERPRET."""
+    code = (
+        "import re, triton, ops.triton.amla as A\n"
+        "from triton.backends.compiler import GPUTarget\n"
+        "cases = A.ascend_compile_cases()\n"
+        "fwd = next(c for c in cases if c['name'].startswith('amla_fwd_bf16') and c['name'].endswith('_split_amla'))\n"
+        "mrg = next(c for c in cases if c['name'] == 'amla_merge_bf16')\n"
+        "mem = re.compile(r'\\b(?:ld|st)(?:\\.[\\w:]+)*\\.(?:global|shared)|\\bcp\\.async|\\batom\\.|\\bred\\.')\n"
+        "for c in (fwd, mrg):\n"
+        "    for pdl in (True, False):\n"
+        "        src = triton.compiler.ASTSource(c['fn'], c['signature'], dict(c['constexprs'], PDL=pdl))\n"
+        "        ptx = triton.compile(src, target=GPUTarget('cuda', 90, 64),\n"
+        "                             options=dict(num_warps=4, num_stages=2)).asm['ptx']\n"
+        "        body = ptx[ptx.index('.entry'):]\n"
+        "        if not pdl:\n"
+        "            assert 'griddepcontrol' not in body, c['name']\n"
+        "            continue\n"
+        "        wait = body.index('griddepcontrol.wait')\n"
+        "        assert 0 <= body.index('griddepcontrol.launch_dependents') < wait < mem.search(body).start(), c['name']\n"
+        "print('checked', fwd['name'], mrg['name'])\n")
+    r = run_uninterpreted(code, timeout=600)
+    assert r.returncode == 0 and "checked amla_fwd" in r.stdout, r.stderr[-2000:]

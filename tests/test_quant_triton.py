@@ -22,7 +22,7 @@ from hypothesis import example, given, settings, strategies as st
 
 import ops
 from reference import quant as R
-from tests.conftest import requires_triton
+from tests.conftest import requires_triton, run_uninterpreted
 from tests.tolerances import assert_close, poisoned_empty
 
 pytestmark = [requires_triton, pytest.mark.interpreter]
@@ -48,16 +48,6 @@ def _host(fn):
     _HOST_TESTS.add(fn.__name__)
     return fn
 
-
-def _run_uninterpreted(code: str, timeout: int):
-    """``python -c code`` from the repository root without TRITON_INTERPRET (real compiles for a CUDA target on a
-    CPU machine); the CompletedProcess, output captured as text."""
-    import subprocess
-    import sys
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -422,7 +412,7 @@ def test_gemv_split_k_reduce_compiles_for_cuda_with_m_specialised_to_1():
         "    triton.compile(triton.compiler.ASTSource(c['fn'], c['signature'], c['constexprs']),\n"
         "                   target=GPUTarget('cuda', 90, 64), options=dict(num_warps=1, num_stages=1))\n"
         "print('compiled', len(cases))\n")
-    r = _run_uninterpreted(code, timeout=300)
+    r = run_uninterpreted(code, timeout=300)
     assert r.returncode == 0 and "compiled 4" in r.stdout, r.stderr[-2000:]
 
 
@@ -1668,7 +1658,7 @@ def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
         "    assert wait < mem.search(body).start(), c['name']\n"
         "kinds = {c['fn'].__name__ for c in table}\n"
         "print('checked', n[True], n[False], len(gemv), len(rows), len(table), len(kinds))\n")
-    r = _run_uninterpreted(code, timeout=900)
+    r = run_uninterpreted(code, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     n_pdl, n_plain, n_gemv, n_rows, n_table, n_kinds = (int(v) for v in r.stdout.split()[-6:])
     # the table's PDL launches: the M 3..16 GEMM tile and both row kernels at M 3..16
