@@ -966,7 +966,8 @@ def _check_bucket(b: dict, where: str = "") -> None:
     """Raise for a quant_matmul bucket / config that names a removed switch, an unknown key or mma, a reduce that is
     not "kernel" / "atomic", a pdl that is not true / false (0 / 1), a split_k that is not "auto" or an int ≥ 1, or
     tile sizes that are not powers of two (ValueError); or that lacks BLOCK_M / BLOCK_N / BLOCK_K / num_warps (and
-    GROUP_M / num_stages, except for mma "gemv_stream") (KeyError). ``where`` prefixes the message (the table and bucket it came from)."""
+    GROUP_M / num_stages, except for mma "gemv_stream") (KeyError). ``where`` prefixes the message (the table and
+    bucket it came from)."""
     for k, why in _REMOVED_KEYS.items():
         if k in b:
             raise ValueError(f"{where}config key {k!r} was removed from quant_matmul: {why}")
