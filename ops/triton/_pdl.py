@@ -55,8 +55,9 @@ def _device_pdl(index: int) -> bool:
 
 def pdl_launch(device: torch.device, wanted: bool) -> bool:
     """Whether a launch on ``device`` whose config asks for PDL (``wanted``) gets it: not under
-    ``TRITON_INTERPRET=1``, a CUDA device of compute capability ≥ 9.0, a Triton with ``tl.extra.cuda.gdc_wait`` (3.4 and later), and ``$DS_OPS_PDL`` not "0" /
-    "false" / "no" / "off". The kernel's ``PDL`` constexpr and the launch's ``launch_pdl`` are both this value."""
+    ``TRITON_INTERPRET=1``, a CUDA device of compute capability ≥ 9.0, a Triton with ``tl.extra.cuda.gdc_wait``
+    (3.4 and later), and ``$DS_OPS_PDL`` not "0" / "false" / "no" / "off". The kernel's ``PDL`` constexpr and the
+    launch's ``launch_pdl`` are both this value."""
     if not wanted or device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return False   # (the interpreter has no griddepcontrol, whatever the tensors' device)
     if os.environ.get(ENV_PDL, "1").strip().lower() in ("0", "false", "no", "off"):
