@@ -80,10 +80,16 @@ def backend(name: str) -> Iterator[None]:
         stack.pop()
 
 
+def env_turned_off(name: str) -> bool:
+    """Whether the on-by-default switch ``$name`` is turned off: "0", "false", "no" or "off" (any case, spaces
+    trimmed); unset or anything else leaves it on. (``DS_OPS_CHECKS``, ``DS_OPS_PDL``.)"""
+    return os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off")
+
+
 def checks_enabled() -> bool:
     """Whether data-dependent eager checks (host syncs) run: off under ``DS_OPS_CHECKS=0`` (or false / no /
     off), while compiling, and during CUDA-graph capture."""
-    if os.environ.get(_ENV_CHECKS, "1").strip().lower() in ("0", "false", "no", "off"):
+    if env_turned_off(_ENV_CHECKS):
         return False
     if torch.compiler.is_compiling():
         return False

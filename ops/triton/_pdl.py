@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._library import env_turned_off
+
 ENV_PDL = "DS_OPS_PDL"
 
 
@@ -60,6 +62,6 @@ def pdl_launch(device: torch.device, wanted: bool) -> bool:
     launch's ``launch_pdl`` are both this value."""
     if not wanted or device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return False   # (the interpreter has no griddepcontrol, whatever the tensors' device)
-    if os.environ.get(ENV_PDL, "1").strip().lower() in ("0", "false", "no", "off"):
+    if env_turned_off(ENV_PDL):
         return False
     return _device_pdl(device.index if device.index is not None else torch.cuda.current_device())
