@@ -19,7 +19,7 @@ import torch  # noqa: E402
 from ops import amla as A  # noqa: E402
 from ops.triton import amla as TA  # noqa: E402
 from perf.report import print_and_write_lines  # noqa: E402
-from perf.timers import graph_time_us  # noqa: E402
+from perf.timers import graph_time_us, replayed_outputs  # noqa: E402
 
 SHAPES = ("b1_sq1_n16_l4096,b1_sq1_n16_l16384,b1_sq2_n16_l4096,b1_sq1_n128_l4096,b16_sq1_n16_l4096,"
           "b16_sq1_n128_l4096,b64_sq1_n16_l4096,b64_sq2_n16_l4096,b64_sq2_n128_l4096")
@@ -44,19 +44,7 @@ def main() -> int:
         cfgs = {"off": {"pdl": False}, "on": {"pdl": True}}
         outs = {c: [TA.amla_variant(**s, config=cfg) for s in sets] for c, cfg in cfgs.items()}
         same = all(torch.equal(x, y) for u, v in zip(outs["off"], outs["on"]) for x, y in zip(u, v))
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            TA.amla_variant(**sets[0], config=cfgs["on"])
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.cuda.graph(graph):
-            gouts = [TA.amla_variant(**s, config=cfgs["on"]) for s in sets]
-        for o, l in gouts:
-            o.fill_(float("nan"))
-            l.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
+        gouts = replayed_outputs([lambda s=s: TA.amla_variant(**s, config=cfgs["on"]) for s in sets])
         same_g = all(torch.equal(x, y) for u, v in zip(outs["off"], gouts) for x, y in zip(u, v))
         bad += (not same) + (not same_g)
         times = {c: [] for c in cfgs}

@@ -24,7 +24,7 @@ from ops.quant import QUANT_MATMUL_KN  # noqa: E402
 from ops.triton import quant as TQ  # noqa: E402
 from perf.peaks import copy_tbs  # noqa: E402
 from perf.report import print_and_write_lines  # noqa: E402
-from perf.timers import graph_time_us  # noqa: E402
+from perf.timers import graph_time_us, replayed_outputs  # noqa: E402
 from reference import quant as RQ  # noqa: E402
 
 GEMMS = QUANT_MATMUL_KN
@@ -54,23 +54,6 @@ def _parse_cands(text: str) -> dict:
             raise ValueError(f"--cands part {part!r} is not name=key:int,key:int (e.g. 's4pdl=num_stages:4,pdl:1')") \
                 from None
     return cands
-
-
-def _graph_outputs(sets, config):
-    """The calls over ``sets`` captured in one CUDA graph, outputs NaN-poisoned, replayed once."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        TQ.quant_matmul_config(*sets[0], config=config)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        res = [TQ.quant_matmul_config(*s, config=config) for s in sets]
-    for r in res:
-        r.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    return res
 
 
 def main() -> int:
@@ -110,8 +93,9 @@ def main() -> int:
         sets = _inputs(M, K, N, dev, g)
         outs = {c: [TQ.quant_matmul_config(*s, config=cfg_) for s in sets] for c, cfg_ in cands.items()}
         same = all(torch.equal(u, v) for c in cands for u, v in zip(outs["table"], outs[c]))
-        same_g = all(torch.equal(u, v) for c, cfg_ in cands.items()
-                     for u, v in zip(outs["table"], _graph_outputs(sets, cfg_)))
+        same_g = all(torch.equal(u, v) for c, cfg_ in cands.items() for u, v in zip(
+            outs["table"], replayed_outputs([lambda s=s, cfg_=cfg_: TQ.quant_matmul_config(*s, config=cfg_)
+                                             for s in sets])))
         x, w, ws, xs = sets[0]
         ref_ok = torch.equal(outs["table"][0].cpu(), RQ.quant_matmul(x.cpu(), w.cpu(), ws.cpu(), xs.cpu()))
         bad += (not same) + (not same_g) + (not ref_ok)

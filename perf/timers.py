@@ -227,6 +227,27 @@ def _capture(fns: Sequence[Callable[[], object]], calls: int) -> "torch.cuda.CUD
     return g
 
 
+def replayed_outputs(fns: Sequence[Callable[[], object]]) -> list:
+    """The outputs of ``fns`` (one call each) captured into one CUDA graph after a side-stream warm-up, every float
+    tensor among them NaN-poisoned, then replayed once: what a replay writes, for bit-for-bit checks against eager
+    calls (a tensor the replay does not write stays NaN)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fns[0]()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = [f() for f in fns]
+    for o in outs:
+        for t in (o if isinstance(o, (tuple, list)) else (o,)):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                t.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    return outs
+
+
 def _replay_times_us(g, replays: int, head_start_us: float) -> list[float]:
     """Event pair around each of ``replays`` back-to-back replays (no host sync in between; a GPU sleep first lets
     the host enqueue ahead, so the intervals hold device time only)."""
