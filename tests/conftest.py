@@ -60,3 +60,32 @@ def run_uninterpreted(code: str, timeout: int):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def _launch_desc(v):
+    if isinstance(v, torch.Tensor):
+        return ("tensor", v.dtype, tuple(v.shape), tuple(v.stride()))
+    return (type(v).__name__, v)
+
+
+class _LaunchRecorder:
+    """Stands in for a @triton.jit kernel: ``kernel[grid](*args, **kw)`` appends a description of the launch."""
+
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.log.append((self.name, tuple(grid), tuple(_launch_desc(a) for a in args),
+                             tuple((k, _launch_desc(v)) for k, v in kw.items())))
+        return launch
+
+
+def record_launches(monkeypatch, mod, names) -> list:
+    """Replace the kernels ``names`` of module ``mod`` by recorders (no kernel runs); returns the log they fill:
+    one (kernel name, grid, described args, ((keyword, described value), ...)) per launch, where a tensor is
+    described by dtype / shape / strides and any other value as (type name, value)."""
+    log: list = []
+    for n in names:
+        monkeypatch.setattr(mod, n, _LaunchRecorder(n, log))
+    return log

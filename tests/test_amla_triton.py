@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import example, given, strategies as st
 
-from tests.conftest import requires_triton, run_uninterpreted
+from tests.conftest import record_launches, requires_triton, run_uninterpreted
 from tests.tolerances import assert_close, cos_diff
 
 pytestmark = requires_triton
@@ -961,20 +961,14 @@ def test_pdl_launch_and_constexpr_always_together(pdl, monkeypatch):
     """Both launches (forward, split merge) pass launch_pdl=True exactly when they pass PDL=True (an early launch
     whose kernel never waits would read the partials before they are written); no kernel runs here."""
     from ops.amla import make_inputs
-    seen = []
-
-    class _Recorder:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append(kw)
-
     monkeypatch.setattr(tri, "pdl_launch", lambda device, wanted: wanted)
-    monkeypatch.setattr(tri, "_amla_fwd_kernel", _Recorder())
-    monkeypatch.setattr(tri, "_amla_merge_kernel", _Recorder())
+    log = record_launches(monkeypatch, tri, ("_amla_fwd_kernel", "_amla_merge_kernel"))
     inp = make_inputs(dict(B=1, S_q=1, N=4, L=300, block_size=16), dtype=DT, generator=torch.Generator().manual_seed(5))
     tri.amla_variant(**inp, config={"key": "interpreter", "pdl": pdl}, num_splits=2)
-    assert len(seen) == 2
-    for kw in seen:
-        assert kw.get("launch_pdl", False) == kw.get("PDL", False) == pdl, kw
+    assert [e[0] for e in log] == ["_amla_fwd_kernel", "_amla_merge_kernel"]
+    for name, _, _, kw in log:
+        kw = dict(kw)
+        assert kw.get("launch_pdl", ("bool", False)) == kw.get("PDL", ("bool", False)) == ("bool", pdl), (name, kw)
 
 
 def test_pdl_off_in_every_table():

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ops import _library as L
-from tests.conftest import requires_triton
+from tests.conftest import record_launches as _record, requires_triton
 
 pytestmark = requires_triton
 
@@ -22,32 +22,6 @@ pytestmark = requires_triton
 # ----------------------------------------------------------------------------------------------
 # launch recorders
 # ----------------------------------------------------------------------------------------------
-def _desc(v):
-    if isinstance(v, torch.Tensor):
-        return ("tensor", v.dtype, tuple(v.shape), tuple(v.stride()))
-    return (type(v).__name__, v)
-
-
-class _Recorder:
-    """Stands in for a @triton.jit kernel: ``kernel[grid](*args, **kw)`` appends a description of the launch."""
-
-    def __init__(self, name: str, log: list):
-        self.name, self.log = name, log
-
-    def __getitem__(self, grid):
-        def launch(*args, **kw):
-            self.log.append((self.name, tuple(grid), tuple(_desc(a) for a in args),
-                             tuple((k, _desc(v)) for k, v in kw.items())))
-        return launch
-
-
-def _record(monkeypatch, mod, names) -> list:
-    log: list = []
-    for n in names:
-        monkeypatch.setattr(mod, n, _Recorder(n, log))
-    return log
-
-
 def _clear(*caches):
     for c in caches:
         c.cache_clear()

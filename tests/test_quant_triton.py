@@ -22,7 +22,7 @@ from hypothesis import example, given, settings, strategies as st
 
 import ops
 from reference import quant as R
-from tests.conftest import requires_triton, run_uninterpreted
+from tests.conftest import record_launches, requires_triton, run_uninterpreted
 from tests.tolerances import assert_close, poisoned_empty
 
 pytestmark = [requires_triton, pytest.mark.interpreter]
@@ -1671,15 +1671,9 @@ def test_pdl_launch_and_constexpr_always_together(pdl, monkeypatch):
     """The launchers pass launch_pdl=True exactly when they pass PDL=True (an early launch whose kernel never
     waits would read the previous kernel's output before it is written): quant_matmul's MMA and GEMV paths and the
     two row kernels, with the device check forced on."""
-    seen = []
-
-    class _Recorder:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append(kw)
-
     monkeypatch.setattr(T, "pdl_launch", lambda device, wanted: wanted)
-    for name in ("_qmm_kernel", "_qmm_gemv_kernel", "_dynamic_quant_kernel", "_rms_norm_quant_kernel"):
-        monkeypatch.setattr(T, name, _Recorder())
+    log = record_launches(monkeypatch, T, ("_qmm_kernel", "_qmm_gemv_kernel", "_dynamic_quant_kernel",
+                                           "_rms_norm_quant_kernel"))
     g = torch.Generator().manual_seed(3)
     x, w, ws, xs, _ = _qmm_inputs(16, 256, 64, g)
     T.quant_matmul_config(x, w, ws, xs, config=dict(_variant("dot", 16, 32, 128), pdl=pdl))
@@ -1690,9 +1684,10 @@ def test_pdl_launch_and_constexpr_always_together(pdl, monkeypatch):
     row = dict(max_block_k=1024, tile_elems=1024, num_warps=4, pdl=pdl)
     T.dynamic_quant_config(h, config=row)
     T.rms_norm_dynamic_quant_config(h, torch.ones(256), config=row)
-    assert len(seen) == 4
-    for kw in seen:
-        assert kw.get("launch_pdl", False) == kw.get("PDL", False) == pdl, kw
+    assert len(log) == 4
+    for name, _, _, kw in log:
+        kw = dict(kw)
+        assert kw.get("launch_pdl", ("bool", False)) == kw.get("PDL", ("bool", False)) == ("bool", pdl), (name, kw)
 
 
 @_host
