@@ -864,8 +864,8 @@ def _cached_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, 
     return _make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, int8_down, int8_query, act_bytes, None)
 
 
-# config keys of switches that lost on the H200 in every measurement and were removed (docs/perf/mla_prolog.md,
-# sessions 4 and 5): a table or override that still names one is an error, not a silent no-op
+# config keys of switches that were measured on the H200, lost or tied and were removed (docs/perf/mla_prolog.md,
+# sessions 4, 5 and 10): a table or override that still names one is an error, not a silent no-op
 _REMOVED_KEYS = {"row": ("prefetch_uk", "prefetch_tail", "prefetch_programs_per_core", "PF_BLOCK",
                          "pdl"),   # session 10: programmatic dependent launch (docs/perf/mla_prolog_sweep7.md)
                  "query": ("uk_l2", "uk_l2_rows", "absorb_split",
