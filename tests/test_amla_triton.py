@@ -981,23 +981,18 @@ def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
     then griddepcontrol.wait before their first global / shared access, cp.async or atomic; without it, neither
     instruction. Compiled in a subprocess without TRITON_INTERPRET."""
     code = (
-        "import re, triton, ops.triton.amla as A\n"
+        "import triton, ops.triton.amla as A\n"
         "from triton.backends.compiler import GPUTarget\n"
+        "from tests.pdl_ptx import check_pdl_order\n"
         "cases = A.ascend_compile_cases()\n"
         "fwd = next(c for c in cases if c['name'].startswith('amla_fwd_bf16') and c['name'].endswith('_split_amla'))\n"
         "mrg = next(c for c in cases if c['name'] == 'amla_merge_bf16')\n"
-        "mem = re.compile(r'\\b(?:ld|st)(?:\\.[\\w:]+)*\\.(?:global|shared)|\\bcp\\.async|\\batom\\.|\\bred\\.')\n"
         "for c in (fwd, mrg):\n"
         "    for pdl in (True, False):\n"
         "        src = triton.compiler.ASTSource(c['fn'], c['signature'], dict(c['constexprs'], PDL=pdl))\n"
         "        ptx = triton.compile(src, target=GPUTarget('cuda', 90, 64),\n"
         "                             options=dict(num_warps=4, num_stages=2)).asm['ptx']\n"
-        "        body = ptx[ptx.index('.entry'):]\n"
-        "        if not pdl:\n"
-        "            assert 'griddepcontrol' not in body, c['name']\n"
-        "            continue\n"
-        "        wait = body.index('griddepcontrol.wait')\n"
-        "        assert 0 <= body.index('griddepcontrol.launch_dependents') < wait < mem.search(body).start(), c['name']\n"
+        "        check_pdl_order(ptx, pdl, c['name'])\n"
         "print('checked', fwd['name'], mrg['name'])\n")
     r = run_uninterpreted(code, timeout=600)
     assert r.returncode == 0 and "checked amla_fwd" in r.stdout, r.stderr[-2000:]

@@ -1630,8 +1630,9 @@ def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
     global / shared load or store, cp.async or atomic (a kernel that read x before the wait would race the kernel
     that writes it). Cases without PDL have neither instruction. Compiled in a subprocess without TRITON_INTERPRET."""
     code = (
-        "import re, triton, ops.triton.quant as T\n"
+        "import triton, ops.triton.quant as T\n"
         "from triton.backends.compiler import GPUTarget\n"
+        "from tests.pdl_ptx import check_pdl_order\n"
         "cases = T.compile_cases('cuda')\n"
         "gemv = [dict(c, constexprs=dict(c['constexprs'], PDL=True), name=c['name'] + '_forced')\n"
         "        for c in cases if 'gemv_stream' in c['name'] and c['name'].endswith('even_bf16')]\n"
@@ -1641,21 +1642,14 @@ def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
         "plain = [c for c in cases if not c['constexprs'].get('PDL') and c['name'].endswith('even_bf16')][:3]\n"
         "table = [c for c in cases if c['constexprs'].get('PDL') and 'bf16' in c['name']]\n"
         "todo = table + gemv + rows + plain\n"
-        "mem = re.compile(r'\\b(?:ld|st)(?:\\.[\\w:]+)*\\.(?:global|shared)|\\bcp\\.async|\\batom\\.|\\bred\\.')\n"
         "n = {True: 0, False: 0}\n"
         "for c in todo:\n"
         "    ptx = triton.compile(triton.compiler.ASTSource(c['fn'], c['signature'], c['constexprs']),\n"
         "                         target=GPUTarget('cuda', 90, 64),\n"
         "                         options=dict(num_warps=c['num_warps'], num_stages=c.get('num_stages', 1))).asm['ptx']\n"
-        "    body = ptx[ptx.index('.entry'):]\n"
         "    pdl = bool(c['constexprs'].get('PDL'))\n"
         "    n[pdl] += 1\n"
-        "    if not pdl:\n"
-        "        assert 'griddepcontrol' not in body, c['name']\n"
-        "        continue\n"
-        "    wait = body.index('griddepcontrol.wait')\n"
-        "    assert 0 <= body.index('griddepcontrol.launch_dependents') < wait, c['name']\n"
-        "    assert wait < mem.search(body).start(), c['name']\n"
+        "    check_pdl_order(ptx, pdl, c['name'])\n"
         "kinds = {c['fn'].__name__ for c in table}\n"
         "print('checked', n[True], n[False], len(gemv), len(rows), len(table), len(kinds))\n")
     r = run_uninterpreted(code, timeout=900)
