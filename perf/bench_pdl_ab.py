@@ -91,7 +91,14 @@ def main() -> int:
         b = dict(TQ._bucket(M, cfg, N, K))
         cands = {"table": None, **{n: dict(b, **o) for n, o in over.items()}}
         sets = _inputs(M, K, N, dev, g)
-        outs = {c: [TQ.quant_matmul_config(*s, config=cfg_) for s in sets] for c, cfg_ in cands.items()}
+        outs, failed = {}, {}
+        for c, cfg_ in list(cands.items()):   # a candidate that does not build (e.g. too much shared memory) is reported
+            try:
+                outs[c] = [TQ.quant_matmul_config(*s, config=cfg_) for s in sets]
+            except Exception as e:  # noqa: BLE001 - any build / launch error of one candidate
+                failed[c] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}" if str(e) else type(e).__name__
+                print(f"{name} {c}: {failed[c]}", flush=True)
+                del cands[c]
         same = all(torch.equal(u, v) for c in cands for u, v in zip(outs["table"], outs[c]))
         same_g = all(torch.equal(u, v) for c, cfg_ in cands.items() for u, v in zip(
             outs["table"], replayed_outputs([lambda s=s, cfg_=cfg_: TQ.quant_matmul_config(*s, config=cfg_)
@@ -105,7 +112,11 @@ def main() -> int:
                 fns = [lambda s=s, cfg_=cfg_: TQ.quant_matmul_config(*s, config=cfg_) for s in sets]
                 times[c].append(graph_time_us(fns, calls=20, replays=10).p50_us)
         cells = []
-        for c in cands:
+        for c in names:
+            if c in failed:
+                cells.append(f"failed ({failed[c]})")
+                bad += 1
+                continue
             t = statistics.median(times[c])
             cells.append(f"{t:.2f} ({100 * K * N / (t * 1e-6) / (copy * 1e12):.0f} %)")
         tag = f"{b.get('mma', 'dot')} {b['BLOCK_M']}x{b['BLOCK_N']}x{b['BLOCK_K']} s{b['num_stages']}"

@@ -877,7 +877,8 @@ def test_gpu_split_k_helper_shape_splits():
 def test_Q1_decode_bucket_boundaries_in_n_and_m(M):
     """min_n <= N <= max_n is inclusive at both ends: N = max_n takes the narrow decode bucket (the streaming GEMV
     buckets at M = 1 and M = 2; the mask_m BN16 tile at M 3..16), max_n + 1 the split-K BN64 bucket, at every
-    M <= 16; M = 17 never takes either; N unknown (0) and N = 1 do."""
+    M <= 16; M = 17 never takes either (N <= max_n: the session-11 BN16 tile of 32 rows, else the 32×64 tile); N
+    unknown (0) and N = 1 do."""
     want = _narrow_decode_bucket(M)
     for N in (1, 16, 17, _MAX_N - 1, _MAX_N):
         assert T._bucket(M, _CUDA_QMM, N, 7168) is want, (N, M)
@@ -895,8 +896,9 @@ def test_Q1_decode_bucket_boundaries_in_n_and_m(M):
         assert p.get("mma", "dot") == "dot", (N, p)
     assert T._bucket(M, _CUDA_QMM) is want
     for N in (1, _MAX_N, _MAX_N + 1):
-        assert not _cuda_plan(17, N, 7168).get("mask_m")
-        assert _cuda_plan(17, N, 7168)["BLOCK_M"] == 32
+        p17 = _cuda_plan(17, N, 7168)
+        assert p17["BLOCK_M"] == 32 and p17["max_m"] == 32 and T._bucket(17, _CUDA_QMM, N, 7168) is not want
+        assert (p17["BLOCK_N"], bool(p17.get("mask_m"))) == ((16, True) if N <= _MAX_N else (64, False)), (N, p17)
 
 
 def test_every_max_n_bucket_is_inclusive_at_max_n():
@@ -946,7 +948,7 @@ def _exact_vs_reference(out, ref, out_dtype, ref32=None):
 @pytest.mark.parametrize("K", [1, 100, 512, 1368])
 def test_Q1_Q2_Q6_decode_mask_m_bucket_through_the_registered_op(M, K, gen, monkeypatch):
     """The registered op on the "cuda" table: M = 1 and M = 2 take the streaming GEMV buckets, M 3..16 the mask_m bucket
-    (K < BLOCK_K, = BLOCK_K, a tail of K = 1368, K = 1), M = 0 an empty result (Q6), M = 17 the next bucket; N = 40
+    (K < BLOCK_K, = BLOCK_K, a tail of K = 1368, K = 1), M = 0 an empty result (Q6), M = 17 the next (32-row) one; N = 40
     (not a multiple of BLOCK_N 16: wrapped columns, never stored). Bit-identical to the reference; the GEMV launcher
     runs exactly when the plan names it."""
     monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
@@ -957,7 +959,9 @@ def test_Q1_Q2_Q6_decode_mask_m_bucket_through_the_registered_op(M, K, gen, monk
     if M:
         p = T.plan_quant_matmul(M, N, K, torch.device("cpu"))
         assert (p.get("mma") == "gemv_stream") == (M <= _GEMV_MAX_M), p
-        assert bool(p.get("mask_m")) == (_GEMV_MAX_M < M <= 16), p
+        assert bool(p.get("mask_m")) == (_GEMV_MAX_M < M <= 32), p          # M 17..32: session 11's 32-row BN16 tile
+        assert (p["BLOCK_M"], p.get("k_batch", 1)) == ((16, 4) if _GEMV_MAX_M < M <= 16 else (32, 4) if M > 16
+                                                       else (p["BLOCK_M"], 1)), p
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
     out = ops.quant.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
@@ -1832,7 +1836,11 @@ def test_row_configs_are_checked_before_any_launch(cfg, err, match):
     (dict(split_k=0), ValueError, "split_k must be 'auto' or an int >= 1"),
     (dict(BLOCK_K=100), ValueError, "BLOCK_K must be a power of two"),
     (dict(num_warps=None), KeyError, "needs 'num_warps'"),
-    (dict(GROUP_M=None), KeyError, "needs 'GROUP_M'")])
+    (dict(GROUP_M=None), KeyError, "needs 'GROUP_M'"),
+    (dict(k_batch=3), ValueError, "k_batch must be a power of two"),
+    (dict(k_batch=True), ValueError, "k_batch must be a power of two"),
+    (dict(k_batch=8), ValueError, r"BLOCK_K / k_batch >= 32"),            # 128 / 8 = 16
+    (dict(k_batch=2, mma="swap"), ValueError, "k_batch 2 needs mma 'dot'")])
 def test_quant_matmul_configs_are_checked_before_any_launch(change, err, match):
     """A quant_matmul config with a misspelt or removed key, a bad reduce / pdl / split_k, a non-power-of-two tile
     or a missing key is refused by the plan, with its name (session-10 new-user trial)."""
@@ -1854,3 +1862,82 @@ def test_a_bad_table_bucket_is_refused_at_load_naming_it(monkeypatch):
     finally:
         monkeypatch.undo()
         T._all_configs.cache_clear()
+
+
+# ----------------------------------------------------------------------------------------------
+# session 11: bucket key "k_batch" — each BLOCK_K step cut into k_batch slices multiplied as one batched (3-D) dot
+# into k_batch int32 accumulators, summed at the end (on CUDA one warp per slice instead of every warp repeating one
+# long accumulator chain of the BN16 tile). Exact int32 sums: bit-identical to the reference.
+# ----------------------------------------------------------------------------------------------
+_K_BATCH_CASES = [
+    # k_batch, BM, BN, BK, split, reduce, mask_m, M, K, N, weight layout, config table
+    (4, 16, 16, 256, 1, "atomic", True, 16, 1024, 48, "kmajor", "cuda"),    # even K, the M 3..16 tile's shape
+    (4, 16, 16, 256, 1, "atomic", True, 3, 1100, 40, "kmajor", "cuda"),     # K tail inside a slice, N tail, 13 masked rows
+    (2, 16, 32, 128, 3, "atomic", True, 17, 700, 72, "rowmajor", "cuda"),   # 3 splits, short last split, M = 17
+    (4, 16, 16, 128, 2, "kernel", False, 5, 520, 24, "strided", "cuda"),    # wrapped rows, two-kernel reduce, any strides
+    (2, 32, 16, 64, 2, "atomic", True, 40, 300, 33, "kmajor", "ascend"),    # masked loads (no wrap)
+]
+
+
+@pytest.mark.parametrize("case", _K_BATCH_CASES,
+                         ids=lambda c: f"kb{c[0]}-{c[1]}x{c[2]}x{c[3]}-k{c[4]}{c[5][0]}-M{c[7]}K{c[8]}N{c[9]}-{c[10]}-{c[11]}")
+def test_k_batch_bit_identical_to_reference(case, gen):
+    """k_batch tiles (poisoned outputs, bias, M / K / N not multiples of the tile, a K tail that ends inside a slice,
+    split-K with both reductions, every weight layout, wrapped and masked loads): bit-identical to the reference."""
+    kb, bm, bn, bk, split, reduce, mask_m, M, K, N, layout, table = case
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout=layout, bias=True)
+    cfg = dict(_variant("dot", bm, bn, bk, split, reduce, mask_m), k_batch=kb)
+    assert T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key=table)["SPLIT_K"] == split
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key=table)
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+
+
+def test_k_batch_slices_each_reach_the_sum(gen):
+    """Negative control for the slicing: a weight that is zero except in one K column of the last slice of the
+    last step still reaches the output (a kernel that dropped or repeated a slice would give 0 or twice the value)."""
+    M, K, N = 4, 512, 16
+    x = torch.randint(1, 128, (M, K), generator=gen, dtype=torch.int8)
+    for kcol in (0, 127, 128, 383, 511):
+        w = torch.zeros((K, N), dtype=torch.int8)
+        w[kcol, 5] = 3
+        ws, xs = torch.ones(N), torch.ones(M)
+        cfg = dict(_variant("dot", 16, 16, 256), k_batch=4)
+        out = T.quant_matmul_config(x, R.pack_weight(w, "cuda"), ws, xs, out_dtype=torch.float32, config=cfg,
+                                    backend_key="cuda")
+        want = torch.zeros((M, N))
+        want[:, 5] = 3 * x[:, kcol].float()
+        assert torch.equal(out, want), kcol
+
+
+@settings(max_examples=8)
+@given(M=st.integers(1, 20), K=st.integers(1, 700), N=st.integers(1, 40), kb=st.sampled_from([2, 4]),
+       split=st.integers(1, 3), seed=st.integers(0, 2**31 - 1))
+def test_k_batch_hypothesis(M, K, N, kb, split, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
+    cfg = dict(_variant("dot", 16, 16, 128, split=split), k_batch=kb)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "empty", poisoned_empty)
+        out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
+    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+
+
+@_host
+@pytest.mark.parametrize("gemm, M, tile", [
+    ("qkv_a", 3, (16, 16, 512, 9, 4)), ("qkv_a", 16, (16, 16, 512, 9, 4)), ("moe_gate", 16, (16, 16, 512, 9, 4)),
+    ("qkv_a", 17, (32, 16, 512, 6, 4)), ("qkv_a", 32, (32, 16, 512, 6, 4)), ("moe_gate", 32, (32, 16, 512, 6, 4)),
+    ("o_proj", 32, (32, 64, 256, 5, 1)), ("q_b", 32, (32, 64, 256, 5, 1)),      # N > 2560: the 32×64 tile, unbatched
+    ("qkv_a", 33, (64, 32, 256, 5, 1)), ("qkv_a", 2, None)])                    # M 33..64 wgmma tile; M 2 GEMV
+def test_cuda_k_batch_buckets_after_session_11(gemm, M, tile):
+    """Session 11 (docs/perf/quant_gating.md): the N <= 2560 tiles at M 3..16 and 17..32 take k_batch 4 (one warp per
+    128-byte K slice; qkv_a M16 7.76 -> 6.91 us, M32 10.19 -> 7.48 us on the H200), one program per SM, with PDL."""
+    from ops.quant import QUANT_MATMUL_KN
+    K, N = QUANT_MATMUL_KN[gemm]
+    b = T._bucket(M, _CUDA_QMM, N, K)
+    if tile is None:
+        assert b.get("mma") == "gemv_stream" and "k_batch" not in b
+        return
+    got = (b["BLOCK_M"], b["BLOCK_N"], b["BLOCK_K"], b["num_stages"], b.get("k_batch", 1))
+    assert got == tile, b
+    if tile[-1] > 1:
+        assert b["split_k"] == 1 and b["mask_m"] and b["pdl"] and b["BLOCK_K"] // b["k_batch"] >= 128

@@ -617,11 +617,106 @@ def _qmm_kstep(acc, a_ptrs, b_ptrs, k, k_len, rk, mmask, nmask, EVEN_K: tl.const
 
 
 @triton.jit
+def _qmm_kstep3(acc, a_ptrs, b_ptrs, k, k_len, kk, mmask, nmask, EVEN_K: tl.constexpr, WRAP: tl.constexpr,
+                MASK_M: tl.constexpr):
+    """One K step of :func:`_qmm_item` with K_BATCH > 1: x tile [K_BATCH, BM, BK/K_BATCH] and weight tile
+    [K_BATCH, BK/K_BATCH, BN] (``kk`` [K_BATCH, BK/K_BATCH]: their K offsets in the step), one batched dot."""
+    if EVEN_K:
+        if WRAP:
+            if MASK_M:
+                a = tl.load(a_ptrs, mask=mmask[None, :, None], other=0)
+            else:
+                a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            a = tl.load(a_ptrs, mask=mmask[None, :, None], other=0)
+            b = tl.load(b_ptrs, mask=nmask[None, None, :], other=0)
+    else:
+        kmask = (k + kk) < k_len
+        if WRAP:
+            if MASK_M:
+                a = tl.load(a_ptrs, mask=mmask[None, :, None] & kmask[:, None, :], other=0)
+            else:
+                a = tl.load(a_ptrs, mask=kmask[:, None, :], other=0)
+            b = tl.load(b_ptrs, mask=kmask[:, :, None], other=0)
+        else:
+            a = tl.load(a_ptrs, mask=mmask[None, :, None] & kmask[:, None, :], other=0)
+            b = tl.load(b_ptrs, mask=kmask[:, :, None] & nmask[None, None, :], other=0)
+    return tl.dot(a, b, acc, out_dtype=tl.int32)
+
+
+@triton.jit
+def _qmm_k(x_ptr, w_ptr, rm, rn, k_start, k_len, mmask, nmask, stride_xm, stride_wk, stride_wn,
+           W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_M: tl.constexpr, MMA: tl.constexpr):
+    """The int32 tile [BLOCK_M, BLOCK_N] of x rows ``rm`` × weight columns ``rn`` over K [k_start, k_start + k_len)
+    in BLOCK_K steps (one 2-D dot per step; MMA 1 = swap-AB)."""
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = x_ptr + (rm.to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :])
+    if MMA == 0:
+        if W_LAYOUT == 0:
+            b_ptrs = w_ptr + ((k_start + rk)[:, None] + rn.to(tl.int64)[None, :] * stride_wn)
+        elif W_LAYOUT == 1:
+            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn[None, :])
+        else:
+            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn.to(tl.int64)[None, :] * stride_wn)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    else:  # the weight tile transposed: [BLOCK_N, BLOCK_K]
+        if W_LAYOUT == 0:
+            b_ptrs = w_ptr + (rn.to(tl.int64)[:, None] * stride_wn + (k_start + rk)[None, :])
+        elif W_LAYOUT == 1:
+            b_ptrs = w_ptr + (rn[:, None] + (k_start + rk).to(tl.int64)[None, :] * stride_wk)
+        else:
+            b_ptrs = w_ptr + (rn.to(tl.int64)[:, None] * stride_wn + (k_start + rk).to(tl.int64)[None, :] * stride_wk)
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32)   # accT
+    for k in range(0, k_len, BLOCK_K):
+        acc = _qmm_kstep(acc, a_ptrs, b_ptrs, k, k_len, rk, mmask, nmask, EVEN_K, WRAP, MASK_M, MMA)
+        a_ptrs += BLOCK_K
+        if W_LAYOUT == 0:
+            b_ptrs += BLOCK_K
+        else:
+            b_ptrs += BLOCK_K * stride_wk
+    if MMA == 1:
+        acc = tl.trans(acc)
+    return acc
+
+
+@triton.jit
+def _qmm_batched_k(x_ptr, w_ptr, rm, rn, k_start, k_len, mmask, nmask, stride_xm, stride_wk, stride_wn,
+                   W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_M: tl.constexpr, K_BATCH: tl.constexpr):
+    """:func:`_qmm_k` with each BLOCK_K step cut into K_BATCH slices of BLOCK_K / K_BATCH, multiplied as one batched
+    (3-D) dot into K_BATCH int32 accumulators that are summed at the end (exact: the same int32 sum). On CUDA
+    Triton gives a 3-D mma.sync dot one warp per batch slice, so a narrow tile (BM 16, BN 16) gets K_BATCH short
+    accumulator chains instead of one long one repeated by every warp."""
+    BKS: tl.constexpr = BLOCK_K // K_BATCH
+    kk = tl.arange(0, K_BATCH)[:, None] * BKS + tl.arange(0, BKS)[None, :]    # [K_BATCH, BKS] offsets in a step
+    a_ptrs = x_ptr + (rm.to(tl.int64)[None, :, None] * stride_xm + (k_start + kk)[:, None, :])
+    if W_LAYOUT == 0:
+        b_ptrs = w_ptr + ((k_start + kk)[:, :, None] + rn.to(tl.int64)[None, None, :] * stride_wn)
+    elif W_LAYOUT == 1:
+        b_ptrs = w_ptr + ((k_start + kk).to(tl.int64)[:, :, None] * stride_wk + rn[None, None, :])
+    else:
+        b_ptrs = w_ptr + ((k_start + kk).to(tl.int64)[:, :, None] * stride_wk
+                          + rn.to(tl.int64)[None, None, :] * stride_wn)
+    acc = tl.zeros((K_BATCH, BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for k in range(0, k_len, BLOCK_K):
+        acc = _qmm_kstep3(acc, a_ptrs, b_ptrs, k, k_len, kk, mmask, nmask, EVEN_K, WRAP, MASK_M)
+        a_ptrs += BLOCK_K
+        if W_LAYOUT == 0:
+            b_ptrs += BLOCK_K
+        else:
+            b_ptrs += BLOCK_K * stride_wk
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
 def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
               M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n, n_tiles,
               W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
               EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              GROUP_M: tl.constexpr, REDUCE: tl.constexpr, MASK_M: tl.constexpr, MMA: tl.constexpr):
+              GROUP_M: tl.constexpr, REDUCE: tl.constexpr, MASK_M: tl.constexpr, MMA: tl.constexpr,
+              K_BATCH: tl.constexpr):
     """One work item of :func:`_qmm_kernel` (inlined): item = split · n_tiles + tile."""
     split = item // n_tiles
     tile = item % n_tiles
@@ -644,34 +739,13 @@ def _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, c
         rm = om
         rn = on
     k_start = split * K_PER_SPLIT
-    rk = tl.arange(0, BLOCK_K)
-    a_ptrs = x_ptr + (rm.to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :])
-    if MMA == 0:
-        if W_LAYOUT == 0:
-            b_ptrs = w_ptr + ((k_start + rk)[:, None] + rn.to(tl.int64)[None, :] * stride_wn)
-        elif W_LAYOUT == 1:
-            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn[None, :])
-        else:
-            b_ptrs = w_ptr + ((k_start + rk).to(tl.int64)[:, None] * stride_wk + rn.to(tl.int64)[None, :] * stride_wn)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    else:  # the weight tile transposed: [BLOCK_N, BLOCK_K]
-        if W_LAYOUT == 0:
-            b_ptrs = w_ptr + (rn.to(tl.int64)[:, None] * stride_wn + (k_start + rk)[None, :])
-        elif W_LAYOUT == 1:
-            b_ptrs = w_ptr + (rn[:, None] + (k_start + rk).to(tl.int64)[None, :] * stride_wk)
-        else:
-            b_ptrs = w_ptr + (rn.to(tl.int64)[:, None] * stride_wn + (k_start + rk).to(tl.int64)[None, :] * stride_wk)
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32)   # accT
     k_len = tl.minimum(K - k_start, K_PER_SPLIT)
-    for k in range(0, k_len, BLOCK_K):
-        acc = _qmm_kstep(acc, a_ptrs, b_ptrs, k, k_len, rk, mmask, nmask, EVEN_K, WRAP, MASK_M, MMA)
-        a_ptrs += BLOCK_K
-        if W_LAYOUT == 0:
-            b_ptrs += BLOCK_K
-        else:
-            b_ptrs += BLOCK_K * stride_wk
-    if MMA == 1:
-        acc = tl.trans(acc)
+    if K_BATCH > 1:
+        acc = _qmm_batched_k(x_ptr, w_ptr, rm, rn, k_start, k_len, mmask, nmask, stride_xm, stride_wk, stride_wn,
+                             W_LAYOUT, WRAP, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MASK_M, K_BATCH)
+    else:
+        acc = _qmm_k(x_ptr, w_ptr, rm, rn, k_start, k_len, mmask, nmask, stride_xm, stride_wk, stride_wn,
+                     W_LAYOUT, WRAP, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MASK_M, MMA)
     omask = mmask[:, None] & nmask[None, :]
     if not PARTIALS:
         _qmm_store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mmask, nmask, stride_om, HAS_BIAS)
@@ -698,7 +772,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
                 W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, PARTIALS: tl.constexpr, HAS_BIAS: tl.constexpr,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                 GROUP_M: tl.constexpr, REDUCE: tl.constexpr = False, MASK_M: tl.constexpr = False,
-                MMA: tl.constexpr = 0, PDL: tl.constexpr = False):
+                MMA: tl.constexpr = 0, PDL: tl.constexpr = False, K_BATCH: tl.constexpr = 1):
     """One work item = (split, BLOCK_M × BLOCK_N output tile). PARTIALS False (SPLIT_K == 1): fused fp32
     epilogue; True: int32 partial sums stored to part[split, M, N] for _qmm_epilogue_kernel. SPLIT_K is a
     runtime value so the split choice does not multiply compilations.
@@ -723,6 +797,9 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
     :func:`_qmm_gemv_kernel`; round 5's ``mma: "gemv"`` mode, the persistent ``dynamic`` grid and the
     ``reduce_unroll`` reduction lost in every H200 sweep and are gone.)
 
+    K_BATCH (bucket key ``k_batch``, MMA 0 only; default 1): each BLOCK_K step is K_BATCH slices multiplied as one
+    batched dot into K_BATCH accumulators, summed at the end (:func:`_qmm_batched_k`; bit-identical).
+
     PDL (CUDA sm_90+, bucket key ``pdl``, launched with ``launch_pdl``; :mod:`ops.triton._pdl`): each program first
     lets the next kernel on the stream launch, then waits for the previous one to finish, before it touches any
     memory."""
@@ -738,7 +815,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
         _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
                   M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n,
                   n_tiles, W_LAYOUT, WRAP, PARTIALS, HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, REDUCE,
-                  MASK_M, MMA)
+                  MASK_M, MMA, K_BATCH)
 
 
 @triton.jit(do_not_specialize=["M", "SPLIT_K"])
@@ -958,7 +1035,7 @@ _REMOVED_MMA = {"gemv": "round 5's GEMV mode is superseded by mma 'gemv_stream' 
 # and K_PER_SPLIT are what a plan adds, so a plan can be passed back as a config
 _BUCKET_KEYS = {"max_m", "min_n", "max_n", "min_k", "max_k", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps",
                 "num_stages", "split_k", "split_target", "reduce", "mma", "mask_m", "programs_per_sm", "dp4a",
-                "prefetch", "pdl", "SPLIT_K", "K_PER_SPLIT"}
+                "prefetch", "pdl", "k_batch", "SPLIT_K", "K_PER_SPLIT"}
 _REQUIRED_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")
 
 
@@ -993,6 +1070,12 @@ def _check_bucket(b: dict, where: str = "") -> None:
         v = b[k]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
             raise ValueError(f"{where}config {k} must be a power of two (a tl.arange length), got {v!r}")
+    kb = b.get("k_batch", 1)
+    if isinstance(kb, bool) or not isinstance(kb, int) or kb < 1 or kb & (kb - 1):
+        raise ValueError(f"{where}config k_batch must be a power of two >= 1, got {kb!r}")
+    if kb > 1 and (mma != "dot" or b["BLOCK_K"] // kb < 32):
+        raise ValueError(f"{where}config k_batch {kb} needs mma 'dot' and BLOCK_K / k_batch >= 32 (an int8 MMA's K), "
+                         f"got mma {mma!r}, BLOCK_K {b['BLOCK_K']}")
 
 _COUNTERS: dict = {}
 _CNT_REGION = 1024   # counters per stream region (≥ the tiles of any split-K launch; more → a fresh buffer)
@@ -1207,7 +1290,8 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
                          W_LAYOUT=w_layout, WRAP=bool(cfg.get("wrap", False)), PARTIALS=sk > 1, HAS_BIAS=has_bias,
                          EVEN_K=(K % bk == 0),
                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(plan["GROUP_M"]), REDUCE=reduce,
-                         MASK_M=bool(plan.get("mask_m", False)), MMA=_MMA_MODES[mma], **launch)
+                         MASK_M=bool(plan.get("mask_m", False)), MMA=_MMA_MODES[mma],
+                         K_BATCH=int(plan.get("k_batch", 1)), **launch)
     if sk > 1 and not reduce:
         _launch_qmm_epilogue(cfg, part, weight_scale, x_scale, bias_arg, out, sk, has_bias)
     return out
@@ -1403,9 +1487,11 @@ def compile_cases(table: str = "ascend") -> list[dict]:
                               PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                               BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]),
                               REDUCE=partials and b.get("reduce", "kernel") == "atomic",
-                              MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")])
+                              MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")],
+                              K_BATCH=int(b.get("k_batch", 1)))
                     sig["PDL"] = "constexpr"   # the launch's PDL constexpr (never on Ascend)
                     ce["PDL"] = bool(b.get("pdl", False)) and table == "cuda"
+                    sig["K_BATCH"] = "constexpr"
                     tag = "splitk" if partials else "fused"
                     nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}" if "min_n" in b or "max_n" in b else ""
                     if "min_k" in b or "max_k" in b:

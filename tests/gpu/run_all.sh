@@ -326,6 +326,14 @@ round67)  # session 10 final table: PDL at M 3..16 only (row ops + the BN16 GEMM
   step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
   step perf_rows 120 python3 -m perf --device cuda --ops quant_matmul,dynamic_quant,rms_norm_dynamic_quant --shapes 'qkv_a_M64,moe_gate_M64,moe_gate_up_M64,*_T1,*_T16,*_T64,qkv_a_M16,moe_gate_M16' --backends triton --no-layer --no-dispatch --out "$OUT/perf_rows"
   ;;
+round69)  # session 11: bucket key k_batch (batched 3-D dot, one warp per K slice) on the decode tiles
+  step kbatch_ab 420 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M16,moe_gate_M16,qkv_a_M4,qkv_a_M32,qkv_a_M64,qkv_a_M128,q_b_M16 --cands 'kb2=k_batch:2;kb4=k_batch:4;kb8=k_batch:8;kb8w8=k_batch:8,num_warps:8;kb4s6=k_batch:4,num_stages:6' --out "$OUT/kbatch_ab.md"
+  ;;
+round70)  # session 11: k_batch refinements at M 3..16; BN16 + k_batch tiles for M 17..64
+  step kb_m16 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M16,moe_gate_M16,qkv_a_M4,qkv_a_M8 --cands 'kb4=k_batch:4;kb4s8=k_batch:4,num_stages:8;kb4s10=k_batch:4,num_stages:10;kb4k1024=k_batch:4,BLOCK_K:1024,num_stages:4;kb8k1024=k_batch:8,BLOCK_K:1024,num_stages:4;kb4nopdl=k_batch:4,pdl:0' --out "$OUT/kb_m16.md"
+  step kb_m32 150 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M32,moe_gate_M32,qkv_a_M24 --cands 'n16k512s6=BLOCK_N:16,BLOCK_K:512,num_stages:6,k_batch:4,split_k:1;n16k256s9=BLOCK_N:16,BLOCK_K:256,num_stages:9,k_batch:4,split_k:1;n16k512s6pdl=BLOCK_N:16,BLOCK_K:512,num_stages:6,k_batch:4,split_k:1,pdl:1;n32k512s4=BLOCK_N:32,BLOCK_K:512,num_stages:4,k_batch:4,split_k:2' --out "$OUT/kb_m32.md"
+  step kb_m64 150 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M64,moe_gate_M64,qkv_a_M48 --cands 'n16k256s6=BLOCK_N:16,BLOCK_K:256,num_stages:6,k_batch:4,split_k:1;n16k512s4=BLOCK_N:16,BLOCK_K:512,num_stages:4,k_batch:4,split_k:1;n16k256s4w8=BLOCK_N:16,BLOCK_K:256,num_stages:4,k_batch:8,num_warps:8,split_k:1;m32n16=BLOCK_M:32,BLOCK_N:16,BLOCK_K:512,num_stages:6,k_batch:4,split_k:1' --out "$OUT/kb_m64.md"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
