@@ -31,6 +31,7 @@ SHAPES = "qkv_a_M1,qkv_a_M2,qkv_a_M16,qkv_a_M64,moe_gate_M16,moe_gate_M64,q_b_M1
 RMS = {"qkv_a", "dense_gate", "moe_gate", "moe_gate_up"}
 VARIANTS = {"table": (None, None), "off": (False, False), "gemm": (False, True), "row": (True, False),
             "both": (True, True)}   # (row kernel pdl, GEMM pdl); None: as the cuda table says
+ALONE = {"row alone, off": False, "row alone, on": True}   # the row kernel back to back, PDL off / on
 
 
 def main() -> int:
@@ -47,8 +48,10 @@ def main() -> int:
     lines = [f"# row quant → quant_matmul pairs, PDL A/B ({torch.cuda.get_device_name()}, torch {torch.__version__})",
              "", f"Command: `python3 perf/bench_pdl_pair.py --rounds {a.rounds} --shapes {a.shapes}`. µs per pair "
              "(row kernel + GEMM), CUDA-graph replay of 20 pairs over rotated weights, median of the rounds. "
-             "Variants: the cuda table as it is / PDL off / on the GEMM only / on the row kernel only / on both.", "",
-             "| shape | producer | " + " | ".join(VARIANTS) + " | bit-identical |", "|---|---|" + "---|" * len(VARIANTS) + "---|"]
+             "Variants: the cuda table as it is / PDL off / on the GEMM only / on the row kernel only / on both; then "
+             "the row kernel alone, 20 back to back, PDL off / on (µs per call).", "",
+             "| shape | producer | " + " | ".join(list(VARIANTS) + list(ALONE)) + " | bit-identical |",
+             "|---|---|" + "---|" * (len(VARIANTS) + len(ALONE)) + "---|"]
     bad = 0
     for name in a.shapes.split(","):
         gemm, m = name.rsplit("_M", 1)
@@ -62,22 +65,27 @@ def main() -> int:
         hs = [torch.randn(M, K, generator=g, device=dev).to(torch.bfloat16) for _ in sets]
         gamma = (1 + 0.1 * torch.randn(K, generator=g, device=dev)).to(torch.bfloat16)
 
-        def pair(i, row_pdl, qmm_pdl):
+        def row(i, row_pdl):
             rc = row_b if row_pdl is None else dict(row_b, pdl=row_pdl)
             if rms:
-                q, s, _ = TQ.rms_norm_dynamic_quant_config(hs[i], gamma, config=rc)
-            else:
-                q, s = TQ.dynamic_quant_config(hs[i], config=rc)
+                return TQ.rms_norm_dynamic_quant_config(hs[i], gamma, config=rc)[:2]
+            return TQ.dynamic_quant_config(hs[i], config=rc)
+
+        def pair(i, row_pdl, qmm_pdl):
+            q, s = row(i, row_pdl)
             _, w, ws, _ = sets[i]
             return TQ.quant_matmul_config(q, w, ws, s, config=qmm_b if qmm_pdl is None else dict(qmm_b, pdl=qmm_pdl))
 
         outs = {v: [pair(i, *f) for i in range(len(sets))] for v, f in VARIANTS.items()}
         same = all(torch.equal(x, y) for v in VARIANTS for x, y in zip(outs["off"], outs[v]))
         bad += not same
-        times = {v: [] for v in VARIANTS}
+        times = {v: [] for v in list(VARIANTS) + list(ALONE)}
         for _ in range(a.rounds):
             for v, f in VARIANTS.items():
                 fns = [lambda i=i, f=f: pair(i, *f) for i in range(len(sets))]
+                times[v].append(graph_time_us(fns, calls=20, replays=10).p50_us)
+            for v, on in ALONE.items():
+                fns = [lambda i=i, on=on: row(i, on) for i in range(len(sets))]
                 times[v].append(graph_time_us(fns, calls=20, replays=10).p50_us)
         cells = " | ".join(f"{statistics.median(t):.2f}" for t in times.values())
         lines.append(f"| {name} | {op} | {cells} | {same} |")

@@ -281,7 +281,7 @@ def check_fast_paths(dev, Ms, gen):
 DECODE_SHAPES = [("qkv_a", 7168, 2112), ("moe_gate", 7168, 2048), ("q_b", 1536, 24576), ("kv_b", 512, 32768), ("dense_gate", 7168, 18432),
                  ("dense_gate_up", 7168, 36864), ("moe_gate_up", 7168, 4096), ("o_proj", 16384, 7168)]
 DECODE_MS = (1, 2, 15, 16, 17, 33, 64, 65, 100, 127, 128)
-DECODE_MS_QUICK = (1, 16, 65, 100, 128)
+DECODE_MS_QUICK = (1, 16, 17, 32, 65, 100, 128)   # 17 and 32: the 32-row BN16 tile (session 11)
 
 
 def check_decode_buckets(dev, Ms, gen):

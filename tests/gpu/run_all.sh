@@ -334,6 +334,19 @@ round70)  # session 11: k_batch refinements at M 3..16; BN16 + k_batch tiles for
   step kb_m32 150 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M32,moe_gate_M32,qkv_a_M24 --cands 'n16k512s6=BLOCK_N:16,BLOCK_K:512,num_stages:6,k_batch:4,split_k:1;n16k256s9=BLOCK_N:16,BLOCK_K:256,num_stages:9,k_batch:4,split_k:1;n16k512s6pdl=BLOCK_N:16,BLOCK_K:512,num_stages:6,k_batch:4,split_k:1,pdl:1;n32k512s4=BLOCK_N:32,BLOCK_K:512,num_stages:4,k_batch:4,split_k:2' --out "$OUT/kb_m32.md"
   step kb_m64 150 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M64,moe_gate_M64,qkv_a_M48 --cands 'n16k256s6=BLOCK_N:16,BLOCK_K:256,num_stages:6,k_batch:4,split_k:1;n16k512s4=BLOCK_N:16,BLOCK_K:512,num_stages:4,k_batch:4,split_k:1;n16k256s4w8=BLOCK_N:16,BLOCK_K:256,num_stages:4,k_batch:8,num_warps:8,split_k:1;m32n16=BLOCK_M:32,BLOCK_N:16,BLOCK_K:512,num_stages:6,k_batch:4,split_k:1' --out "$OUT/kb_m64.md"
   ;;
+round71)  # session 11 table (k_batch at M 3..32, N <= 2560): GPU tests, checks, memcheck, pairs; k_batch tiles for M 33..128
+  step pytest_gpu 200 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py -k "gpu or pdl or k_batch or session_11"
+  step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step sanitize_quant 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 120
+  step pdl_pair 100 python3 perf/bench_pdl_pair.py --rounds 3 --shapes qkv_a_M16,qkv_a_M24,qkv_a_M32,moe_gate_M32 --out "$OUT/pdl_pair.md"
+  step kb_m64 150 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M64,moe_gate_M64,qkv_a_M48 --cands 'n32s4=BLOCK_N:32,BLOCK_K:512,num_stages:4,k_batch:4,split_k:2;n32s4pdl=BLOCK_N:32,BLOCK_K:512,num_stages:4,k_batch:4,split_k:2,pdl:1;n32s3=BLOCK_N:32,BLOCK_K:512,num_stages:3,k_batch:4,split_k:2;m32n32s3=BLOCK_M:32,BLOCK_N:32,BLOCK_K:512,num_stages:3,k_batch:4,split_k:2;n64k4s2=BLOCK_N:64,BLOCK_K:512,num_stages:2,k_batch:4,split_k:4' --out "$OUT/kb_m64.md"
+  step kb_m128 150 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M128,moe_gate_M128,qkv_a_M96 --cands 'm128n32k4=BLOCK_M:128,BLOCK_N:32,BLOCK_K:512,num_stages:2,k_batch:4,split_k:4;m64n32s2=BLOCK_N:32,BLOCK_K:512,num_stages:2,k_batch:4,split_k:2;m128n32kb2=BLOCK_M:128,BLOCK_N:32,BLOCK_K:256,num_stages:4,k_batch:2,split_k:4;m64n32s4g1=BLOCK_N:32,BLOCK_K:512,num_stages:4,k_batch:4,split_k:2,GROUP_M:1' --out "$OUT/kb_m128.md"
+  step perf_rows 120 python3 -m perf --device cuda --ops quant_matmul --shapes 'qkv_a_M16,moe_gate_M16' --backends triton --no-layer --no-dispatch --out "$OUT/perf_rows"
+  ;;
+round72)  # session 11: row-op PDL at T 17..32? pairs with PDL and non-PDL GEMMs, rows alone back to back; layer check
+  step pdl_pair 200 python3 perf/bench_pdl_pair.py --rounds 3 --shapes qkv_a_M16,qkv_a_M24,qkv_a_M32,moe_gate_M32,q_b_M32,o_proj_M32,moe_down_M32,qkv_a_M64 --out "$OUT/pdl_pair.md"
+  step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"

@@ -34,7 +34,7 @@ def cases():
                   dict(B=1, S_q=1, N=16, seq_lens=[4096], block_size=128),             # many splits: vector merge
                   dict(B=4, S_q=1, N=32, seq_lens=[1, 2, 3, 2000], block_size=128)):   # short rows, loop merge
         yield "amla", A.amla, A.make_inputs(shape, dtype=bf, device="cuda", generator=torch.Generator().manual_seed(0))
-    for M in (1, 2, 3, 4, 16, 17, 64, 128, 300):
+    for M in (1, 2, 3, 4, 16, 17, 32, 64, 128, 300):   # 3..32: the k_batch tiles (session 11)
         # (2048, 7168): session 10's M ≤ 64, 4224 ≤ N < 8192 bucket; M 64 at N 2112 runs the PDL bucket
         for K, N in ((7168, 2112), (1536, 24576), (1368, 100), (2048, 7168)):
             if N == 24576 and M > 64 or N == 7168 and M not in (16, 64):
