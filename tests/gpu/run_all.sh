@@ -347,6 +347,13 @@ round72)  # session 11: row-op PDL at T 17..32? pairs with PDL and non-PDL GEMMs
   step pdl_pair 200 python3 perf/bench_pdl_pair.py --rounds 3 --shapes qkv_a_M16,qkv_a_M24,qkv_a_M32,moe_gate_M32,q_b_M32,o_proj_M32,moe_down_M32,qkv_a_M64 --out "$OUT/pdl_pair.md"
   step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   ;;
+round73)  # session 11 final table (+ rms_norm_dynamic_quant PDL at T 17..32): GPU tests, checks, layer; k_batch on the BN64 M <= 16 tiles
+  step pytest_gpu 200 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py -k "gpu or pdl or k_batch or session_11"
+  step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  step pdl_pair 100 python3 perf/bench_pdl_pair.py --rounds 3 --shapes qkv_a_M16,qkv_a_M32,moe_gate_M32,q_b_M32 --out "$OUT/pdl_pair.md"
+  step kb_bn64 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes q_b_M16,dense_gate_M16,o_proj_M16,moe_gate_up_M16,moe_down_M16,qkv_a_M16 --cands 'k512kb4s3=BLOCK_K:512,k_batch:4,num_stages:3;k512kb4s4=BLOCK_K:512,k_batch:4,num_stages:4;k1024kb8w8s5=BLOCK_K:1024,k_batch:8,num_warps:8,num_stages:5' --out "$OUT/kb_bn64.md"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
