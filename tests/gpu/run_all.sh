@@ -354,6 +354,9 @@ round73)  # session 11 final table (+ rms_norm_dynamic_quant PDL at T 17..32): G
   step pdl_pair 100 python3 perf/bench_pdl_pair.py --rounds 3 --shapes qkv_a_M16,qkv_a_M32,moe_gate_M32,q_b_M32 --out "$OUT/pdl_pair.md"
   step kb_bn64 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes q_b_M16,dense_gate_M16,o_proj_M16,moe_gate_up_M16,moe_down_M16,qkv_a_M16 --cands 'k512kb4s3=BLOCK_K:512,k_batch:4,num_stages:3;k512kb4s4=BLOCK_K:512,k_batch:4,num_stages:4;k1024kb8w8s5=BLOCK_K:1024,k_batch:8,num_warps:8,num_stages:5' --out "$OUT/kb_bn64.md"
   ;;
+round74)  # session 11: the 32-row BN16 k_batch tile at M 33..128 with several programs per SM (fewer stages)
+  step kb_m64_multi 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M64,moe_gate_M64,qkv_a_M128,moe_gate_M128 --cands 'm32s3g2=BLOCK_M:32,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:3,GROUP_M:2,mask_m:1;m32s4g2=BLOCK_M:32,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:4,GROUP_M:2,mask_m:1;m32s5g2=BLOCK_M:32,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:5,GROUP_M:2,mask_m:1;m32s3g4=BLOCK_M:32,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:3,GROUP_M:4,mask_m:1;m64s3=BLOCK_M:64,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:3,GROUP_M:2,mask_m:1;m16s3g4=BLOCK_M:16,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:3,GROUP_M:4,mask_m:1' --out "$OUT/kb_m64_multi.md"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
