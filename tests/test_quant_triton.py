@@ -877,8 +877,8 @@ def test_gpu_split_k_helper_shape_splits():
 def test_Q1_decode_bucket_boundaries_in_n_and_m(M):
     """min_n <= N <= max_n is inclusive at both ends: N = max_n takes the narrow decode bucket (the streaming GEMV
     buckets at M = 1 and M = 2; the mask_m BN16 tile at M 3..16), max_n + 1 the split-K BN64 bucket, at every
-    M <= 16; M = 17 never takes either (N <= max_n: the session-11 BN16 tile of 32 rows, else the 32×64 tile); N
-    unknown (0) and N = 1 do."""
+    M <= 16; M = 17 never takes either (N <= max_n: the session-11 BN16 tile of 32 rows, rows past M wrapped; else
+    the 32×64 tile); N unknown (0) and N = 1 do."""
     want = _narrow_decode_bucket(M)
     for N in (1, 16, 17, _MAX_N - 1, _MAX_N):
         assert T._bucket(M, _CUDA_QMM, N, 7168) is want, (N, M)
@@ -898,7 +898,7 @@ def test_Q1_decode_bucket_boundaries_in_n_and_m(M):
     for N in (1, _MAX_N, _MAX_N + 1):
         p17 = _cuda_plan(17, N, 7168)
         assert p17["BLOCK_M"] == 32 and p17["max_m"] == 32 and T._bucket(17, _CUDA_QMM, N, 7168) is not want
-        assert (p17["BLOCK_N"], bool(p17.get("mask_m"))) == ((16, True) if N <= _MAX_N else (64, False)), (N, p17)
+        assert p17["BLOCK_N"] == (16 if N <= _MAX_N else 64) and not p17.get("mask_m"), (N, p17)
 
 
 def test_every_max_n_bucket_is_inclusive_at_max_n():
@@ -959,7 +959,7 @@ def test_Q1_Q2_Q6_decode_mask_m_bucket_through_the_registered_op(M, K, gen, monk
     if M:
         p = T.plan_quant_matmul(M, N, K, torch.device("cpu"))
         assert (p.get("mma") == "gemv_stream") == (M <= _GEMV_MAX_M), p
-        assert bool(p.get("mask_m")) == (_GEMV_MAX_M < M <= 32), p          # M 17..32: session 11's 32-row BN16 tile
+        assert bool(p.get("mask_m")) == (_GEMV_MAX_M < M <= 16), p   # M 17..32 (session 11's 32-row tile) wraps rows
         assert (p["BLOCK_M"], p.get("k_batch", 1)) == ((16, 4) if _GEMV_MAX_M < M <= 16 else (32, 4) if M > 16
                                                        else (p["BLOCK_M"], 1)), p
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
@@ -1941,5 +1941,6 @@ def test_cuda_k_batch_buckets_after_session_11(gemm, M, tile):
         return
     got = (b["BLOCK_M"], b["BLOCK_N"], b["BLOCK_K"], b["num_stages"], b.get("k_batch", 1))
     assert got == tile, b
-    if tile[-1] > 1:
-        assert b["split_k"] == 1 and b["mask_m"] and b["pdl"] and b["BLOCK_K"] // b["k_batch"] >= 128
+    if tile[-1] > 1:   # rows past M masked at M <= 16 (M = 3 would load 13 wrapped rows), wrapped at 17..32 (round 77)
+        assert b["split_k"] == 1 and b["pdl"] and b["BLOCK_K"] // b["k_batch"] >= 128
+        assert bool(b.get("mask_m")) == (tile[0] == 16), b

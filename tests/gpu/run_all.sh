@@ -357,6 +357,17 @@ round73)  # session 11 final table (+ rms_norm_dynamic_quant PDL at T 17..32): G
 round74)  # session 11: the 32-row BN16 k_batch tile at M 33..128 with several programs per SM (fewer stages)
   step kb_m64_multi 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M64,moe_gate_M64,qkv_a_M128,moe_gate_M128 --cands 'm32s3g2=BLOCK_M:32,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:3,GROUP_M:2,mask_m:1;m32s4g2=BLOCK_M:32,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:4,GROUP_M:2,mask_m:1;m32s5g2=BLOCK_M:32,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:5,GROUP_M:2,mask_m:1;m32s3g4=BLOCK_M:32,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:3,GROUP_M:4,mask_m:1;m64s3=BLOCK_M:64,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:3,GROUP_M:2,mask_m:1;m16s3g4=BLOCK_M:16,BLOCK_N:16,BLOCK_K:512,k_batch:4,split_k:1,num_stages:3,GROUP_M:4,mask_m:1' --out "$OUT/kb_m64_multi.md"
   ;;
+round75)  # session 11: Nsight Compute of the decode tiles: qkv_a M64 (64x32 wgmma, 2 splits), M32 and M16 (BN16 k_batch)
+  step ncu_qmm_m64 60 ncu --clock-control none -k regex:_qmm_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy python3 tests/gpu/ncu_qmm.py --mkn 64,7168,2112
+  step ncu_qmm_m32 60 ncu --clock-control none -k regex:_qmm_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy python3 tests/gpu/ncu_qmm.py --mkn 32,7168,2112
+  step ncu_qmm_m16 60 ncu --clock-control none -k regex:_qmm_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy python3 tests/gpu/ncu_qmm.py --mkn 16,7168,2112
+  ;;
+round76)  # session 11: more warps / programs per SM for the latency-bound decode tiles (ncu: 4 warps per SM, 6.3 cycles per issue)
+  step kb_warps 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M16,moe_gate_M16,qkv_a_M32,qkv_a_M64,moe_gate_M64 --cands 'w8=num_warps:8;k2s4=split_k:2,num_stages:4;k2s4nopdl=split_k:2,num_stages:4,pdl:0;k2s6=split_k:2,num_stages:6;w8s3=num_warps:8,num_stages:3' --out "$OUT/kb_warps.md"
+  ;;
+round77)  # session 11: the 32-row BN16 tile with and without mask_m (round 70 timed it without: 7.48 us; the table with: 8.46 in round 76)
+  step m32_mask 150 python3 perf/bench_pdl_ab.py --rounds 5 --shapes qkv_a_M32,moe_gate_M32,qkv_a_M24,qkv_a_M17,qkv_a_M16 --cands 'nomask=mask_m:0;nomask2=mask_m:0;same=mask_m:1' --out "$OUT/m32_mask.md"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
