@@ -260,6 +260,10 @@ def _qmm_inputs(M, K, N, gen, layout="kmajor", bias=False, bias_dtype=torch.floa
         wide = torch.randint(-127, 128, (K, N + 9), generator=gen, dtype=torch.int8)
         wide[:, 3:3 + N] = w
         w = wide[:, 3:3 + N]
+    elif layout == "anystride":                         # every other column of a wider weight: strides (2N, 2),
+        big = torch.zeros((K, 2 * N), dtype=torch.int8)  # neither unit, so the launcher takes W_LAYOUT 2
+        big[:, ::2] = w
+        w = big[:, ::2]
     ws = (0.5 + torch.rand(N, generator=gen)) / (127.0 * max(K, 1) ** 0.5)
     xs = (0.5 + torch.rand(M, generator=gen)) / 127.0
     b = torch.randn(N, generator=gen).to(bias_dtype) if bias else None
@@ -1017,7 +1021,7 @@ def test_mask_m_bucket_non_contiguous_x(view, gen):
 @pytest.mark.parametrize("M,K,N,split,reduce,group_m,layout", [
     (1, 1100, 40, 3, "kernel", 1, "kmajor"),       # split-K, two-kernel reduction, K tail in the last split
     (15, 1536, 24, 2, "atomic", 1, "rowmajor"),    # row-major weight (W_LAYOUT 1) under WRAP
-    (7, 700, 33, 1, "atomic", 1, "strided"),       # any-stride weight (W_LAYOUT 2)
+    (7, 700, 33, 1, "atomic", 1, "anystride"),     # any-stride weight (W_LAYOUT 2)
     (40, 1024, 20, 2, "atomic", 2, "kmajor"),      # three M blocks (last partial) with GROUP_M 2
 ])
 def test_mask_m_split_k_reductions_layouts_and_groups(M, K, N, split, reduce, group_m, layout, gen):
@@ -1074,7 +1078,7 @@ _VARIANT_CASES = [
     ("swap", 16, 32, 64, 5, "atomic", True, 9, 1100, 40, "kmajor", "cuda"),     # 5 splits
     ("dot", 16, 16, 128, 6, "atomic", True, 3, 1500, 24, "rowmajor", "cuda"),   # the default MMA, 6 splits
     ("swap", 16, 64, 64, 2, "kernel", False, 5, 512, 64, "rowmajor", "cuda"),   # wrapped rows, two-kernel reduce
-    ("swap", 32, 16, 128, 2, "atomic", True, 40, 384, 33, "strided", "ascend"),  # masked loads, any-stride weight
+    ("swap", 32, 16, 128, 2, "atomic", True, 40, 384, 33, "anystride", "ascend"),  # masked loads, any-stride weight
 ]
 
 
@@ -1876,7 +1880,8 @@ _K_BATCH_CASES = [
     (4, 16, 16, 256, 1, "atomic", True, 16, 1024, 48, "kmajor", "cuda"),    # even K, the M 3..16 tile's shape
     (4, 16, 16, 256, 1, "atomic", True, 3, 1100, 40, "kmajor", "cuda"),     # K tail inside a slice, N tail, 13 masked rows
     (2, 16, 32, 128, 3, "atomic", True, 17, 700, 72, "rowmajor", "cuda"),   # 3 splits, short last split, M = 17
-    (4, 16, 16, 128, 2, "kernel", False, 5, 520, 24, "strided", "cuda"),    # wrapped rows, two-kernel reduce, any strides
+    (4, 16, 16, 128, 2, "kernel", False, 5, 520, 24, "anystride", "cuda"),  # wrapped rows, two-kernel reduce, any strides
+    (2, 16, 16, 256, 1, "atomic", True, 9, 700, 20, "strided", "cuda"),     # a column slice of a row-major weight
     (2, 32, 16, 64, 2, "atomic", True, 40, 300, 33, "kmajor", "ascend"),    # masked loads (no wrap)
 ]
 
@@ -1944,3 +1949,19 @@ def test_cuda_k_batch_buckets_after_session_11(gemm, M, tile):
     if tile[-1] > 1:   # rows past M masked at M <= 16 (M = 3 would load 13 wrapped rows), wrapped at 17..32 (round 77)
         assert b["split_k"] == 1 and b["pdl"] and b["BLOCK_K"] // b["k_batch"] >= 128
         assert bool(b.get("mask_m")) == (tile[0] == 16), b
+
+
+@_host
+@pytest.mark.parametrize("kb", [1, 4])
+def test_k_batch_reaches_the_kernel_launch_and_the_compile_cases(kb, monkeypatch):
+    """The launcher passes the plan's k_batch as the K_BATCH constexpr (an unbatched launch is exact too, so only this
+    test sees a launcher that drops it), and the cuda compile cases carry the table's k_batch 4 on the N <= 2560 tiles
+    at M 3..32 and 1 elsewhere."""
+    log = record_launches(monkeypatch, T, ("_qmm_kernel",))
+    x, w, ws, xs, _ = _qmm_inputs(16, 512, 64, torch.Generator().manual_seed(5))
+    T.quant_matmul_config(x, w, ws, xs, config=dict(_variant("dot", 16, 16, 256), k_batch=kb))
+    assert len(log) == 1 and dict(log[0][3])["K_BATCH"] == ("int", kb), log
+    batched = {c["name"].rsplit("_", 3)[0] for c in T.compile_cases("cuda")
+               if c["fn"] is T._qmm_kernel and c["constexprs"]["K_BATCH"] == 4}
+    assert batched == {"quant_matmul_m16_n0-2560", "quant_matmul_m32_n0-2560"}, batched
+    assert all(c["constexprs"]["K_BATCH"] == 1 for c in T.compile_cases("ascend") if c["fn"] is T._qmm_kernel)

@@ -1041,8 +1041,9 @@ _REQUIRED_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")
 
 def _check_bucket(b: dict, where: str = "") -> None:
     """Raise for a quant_matmul bucket / config that names a removed switch, an unknown key or mma, a reduce that is
-    not "kernel" / "atomic", a pdl that is not true / false (0 / 1), a split_k that is not "auto" or an int ≥ 1, or
-    tile sizes that are not powers of two (ValueError); or that lacks BLOCK_M / BLOCK_N / BLOCK_K / num_warps (and
+    not "kernel" / "atomic", a pdl that is not true / false (0 / 1), a split_k that is not "auto" or an int ≥ 1,
+    tile sizes that are not powers of two, or a k_batch that is not a power of two ≥ 1, is > 1 with an mma other than
+    "dot", or leaves K slices under 32 bytes (ValueError); or that lacks BLOCK_M / BLOCK_N / BLOCK_K / num_warps (and
     GROUP_M / num_stages, except for mma "gemv_stream") (KeyError). ``where`` prefixes the message (the table and
     bucket it came from)."""
     for k, why in _REMOVED_KEYS.items():
@@ -1166,7 +1167,8 @@ def plan_quant_matmul(M: int, N: int, K: int, device: torch.device, config: dict
     Returns a new dict: the bucket's keys plus SPLIT_K and K_PER_SPLIT (a multiple of BLOCK_K); plans from the
     table (``config`` None) are memoised.
     Raises ValueError if the bucket (``config`` or the table's) names a removed key ("dynamic", "reduce_unroll",
-    "stagger"), the removed mma "gemv" or an mma that is not "dot" / "swap" / "gemv_stream"; KeyError for a
+    "stagger") or an unknown one, the removed mma "gemv" or an mma that is not "dot" / "swap" / "gemv_stream", or
+    a bad value (reduce, pdl, split_k, tile sizes, k_batch: :func:`_check_bucket`); KeyError for a
     backend_key that is not a table or a ``config`` missing BLOCK_M / BLOCK_N / BLOCK_K. "gemv_stream" with M > 4
     is not checked here (a plan is shape-only): :func:`quant_matmul_config` raises it at launch."""
     key = backend_key or _backend_key(device)
@@ -1240,9 +1242,9 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
 
     Tensors, dtypes and result as :func:`quant_matmul` (x_int8 [M, K] int8, weight_int8 [K, N] int8, weight_scale
     [N] fp32, x_scale [M] fp32, bias [N] or None → out [M, N] out_dtype); inputs are not validated here.
-    Raises ValueError if the bucket (``config`` or the table's) names a removed key ("dynamic", "reduce_unroll",
-    "stagger"), the removed mma "gemv" or an mma that is not "dot" / "swap" / "gemv_stream"
-    (:func:`plan_quant_matmul`), or for mma "gemv_stream" with M > 4; KeyError for a backend_key that is not a table or a
+    Raises ValueError if the bucket (``config`` or the table's) names a removed or unknown key, the removed mma
+    "gemv", an mma that is not "dot" / "swap" / "gemv_stream" or a bad value (reduce, pdl, split_k, tile sizes,
+    k_batch) (:func:`plan_quant_matmul`), or for mma "gemv_stream" with M > 4; KeyError for a backend_key that is not a table or a
     ``config`` missing a tile key. M = 0, N = 0 or K = 0 return before the plan is made, so nothing is raised then.
     """
     M, K = x_int8.shape
@@ -1421,12 +1423,55 @@ _ASCEND_GEMV_PROBE = dict(max_m=4, max_n=4096, BLOCK_M=4, BLOCK_N=8, BLOCK_K=256
                           split_k="auto", reduce="kernel", mma=_GEMV_STREAM)
 
 
+def _qmm_cases(b: dict, q: dict, table: str) -> list[dict]:
+    """Compile cases of one :func:`_qmm_kernel` bucket ``b`` of config section ``q``: fused and / or split-K (as its
+    split_k allows), even / tail K, bf16 / fp16 out, with the layout pack_weight gives ``table``."""
+    cases = []
+    for partials in ((False, True) if b.get("split_k", "auto") == "auto" else (int(b["split_k"]) > 1,)):
+        for even in (True, False):
+            for out in ("*bf16", "*fp16"):
+                sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
+                       "out_ptr": out, "part_ptr": "*i32" if partials else out,
+                       "cnt_ptr": "*i32" if partials else out,
+                       "M": "i32", "N": "i32", "K": "i32",
+                       "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
+                       "stride_wk": "i32", "stride_wn": "i32", "stride_om": "i32", "W_LAYOUT": "constexpr",
+                       "WRAP": "constexpr", "PARTIALS": "constexpr",
+                       "HAS_BIAS": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr",
+                       "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
+                       "REDUCE": "constexpr", "MASK_M": "constexpr", "MMA": "constexpr"}
+                # the layout pack_weight produces for this backend: ND row-major on Ascend, K-major on CUDA
+                ce = dict(W_LAYOUT=1 if table == "ascend" else 0, WRAP=bool(q.get("wrap", False)),
+                          PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
+                          BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]),
+                          REDUCE=partials and b.get("reduce", "kernel") == "atomic",
+                          MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")],
+                          K_BATCH=int(b.get("k_batch", 1)))
+                sig["PDL"] = "constexpr"   # the launch's PDL constexpr (never on Ascend)
+                ce["PDL"] = bool(b.get("pdl", False)) and table == "cuda"
+                sig["K_BATCH"] = "constexpr"
+                tag = "splitk" if partials else "fused"
+                nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}" if "min_n" in b or "max_n" in b else ""
+                if "min_k" in b or "max_k" in b:
+                    nb += f"_k{b.get('min_k', 0)}-{b['max_k'] if 'max_k' in b else 'inf'}"
+                cases.append(dict(name=f"quant_matmul_m{b['max_m']}{nb}_{tag}_{'even' if even else 'tail'}_{out[1:]}",
+                                  fn=_qmm_kernel, signature=sig, constexprs=ce, num_warps=int(b["num_warps"]),
+                                  num_stages=int(b["num_stages"])))
+    return cases
+
+
 def ascend_compile_cases() -> list[dict]:
-    """(kernel × Ascend launch config) cases for the triton-ascend 3.2 + bishengir compile check, plus the
-    portable streaming GEMV (``_ASCEND_GEMV_PROBE``, M 1 and 4)."""
+    """(kernel × Ascend launch config) cases for the triton-ascend 3.2 + bishengir compile check, plus two probes
+    of code the Ascend table does not use: the portable streaming GEMV (``_ASCEND_GEMV_PROBE``, M 1 and 4) and the
+    batched K step (the table's first quant_matmul bucket with ``k_batch`` 2 and BLOCK_N 128, bf16 out; at BLOCK_N
+    256 its masked K tail needs 294 KiB of the 192 KiB UB)."""
     probe = [dict(c, name="probe_" + c["name"]) for c in _gemv_stream_cases(_ASCEND_GEMV_PROBE, "ascend")
              if c["constexprs"]["MROWS"] in (1, 4) and c["signature"]["out_ptr"] == "*bf16"]
-    return compile_cases("ascend") + probe
+    q = _all_configs()["ascend"]["quant_matmul"]
+    kb_bucket = dict(q["buckets"][0], k_batch=2, BLOCK_N=128)
+    kb = [dict(c, name="probe_k_batch2_" + c["name"]) for c in _qmm_cases(kb_bucket, q, "ascend")
+          if c["signature"]["out_ptr"] == "*bf16"]
+    return compile_cases("ascend") + probe + kb
 
 
 def compile_cases(table: str = "ascend") -> list[dict]:
@@ -1469,36 +1514,7 @@ def compile_cases(table: str = "ascend") -> list[dict]:
         if b.get("mma") == _GEMV_STREAM:
             cases.extend(_gemv_stream_cases(b, table))
             continue
-        for partials in ((False, True) if b.get("split_k", "auto") == "auto" else (int(b["split_k"]) > 1,)):
-            for even in (True, False):
-                for out in ("*bf16", "*fp16"):
-                    sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
-                           "out_ptr": out, "part_ptr": "*i32" if partials else out,
-                           "cnt_ptr": "*i32" if partials else out,
-                           "M": "i32", "N": "i32", "K": "i32",
-                           "K_PER_SPLIT": "i32", "SPLIT_K": "i32", "stride_xm": "i32",
-                           "stride_wk": "i32", "stride_wn": "i32", "stride_om": "i32", "W_LAYOUT": "constexpr",
-                           "WRAP": "constexpr", "PARTIALS": "constexpr",
-                           "HAS_BIAS": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr",
-                           "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-                           "REDUCE": "constexpr", "MASK_M": "constexpr", "MMA": "constexpr"}
-                    # the layout pack_weight produces for this backend: ND row-major on Ascend, K-major on CUDA
-                    ce = dict(W_LAYOUT=1 if table == "ascend" else 0, WRAP=bool(q.get("wrap", False)),
-                              PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
-                              BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]),
-                              REDUCE=partials and b.get("reduce", "kernel") == "atomic",
-                              MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")],
-                              K_BATCH=int(b.get("k_batch", 1)))
-                    sig["PDL"] = "constexpr"   # the launch's PDL constexpr (never on Ascend)
-                    ce["PDL"] = bool(b.get("pdl", False)) and table == "cuda"
-                    sig["K_BATCH"] = "constexpr"
-                    tag = "splitk" if partials else "fused"
-                    nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}" if "min_n" in b or "max_n" in b else ""
-                    if "min_k" in b or "max_k" in b:
-                        nb += f"_k{b.get('min_k', 0)}-{b['max_k'] if 'max_k' in b else 'inf'}"
-                    cases.append(dict(name=f"quant_matmul_m{b['max_m']}{nb}_{tag}_{'even' if even else 'tail'}_{out[1:]}",
-                                      fn=_qmm_kernel, signature=sig, constexprs=ce, num_warps=int(b["num_warps"]),
-                                      num_stages=int(b["num_stages"])))
+        cases.extend(_qmm_cases(b, q, table))
     e = q["epilogue"]
     for out in ("*bf16", "*fp16"):
         sig = {"part_ptr": "*i32", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32", "out_ptr": out,
