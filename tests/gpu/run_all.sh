@@ -368,6 +368,12 @@ round76)  # session 11: more warps / programs per SM for the latency-bound decod
 round77)  # session 11: the 32-row BN16 tile with and without mask_m (round 70 timed it without: 7.48 us; the table with: 8.46 in round 76)
   step m32_mask 150 python3 perf/bench_pdl_ab.py --rounds 5 --shapes qkv_a_M32,moe_gate_M32,qkv_a_M24,qkv_a_M17,qkv_a_M16 --cands 'nomask=mask_m:0;nomask2=mask_m:0;same=mask_m:1' --out "$OUT/m32_mask.md"
   ;;
+round78)  # session 11 final table (M 17..32 tile wraps rows): GPU tests, checks, memcheck, layer
+  step pytest_gpu 200 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py -k "gpu or pdl or k_batch or session_11"
+  step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step sanitize_quant 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul,dynamic_quant,rms_norm_dynamic_quant --budget-s 120
+  step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
