@@ -686,9 +686,9 @@ def _qmm_batched_k(x_ptr, w_ptr, rm, rn, k_start, k_len, mmask, nmask, stride_xm
                    W_LAYOUT: tl.constexpr, WRAP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_M: tl.constexpr, K_BATCH: tl.constexpr):
     """:func:`_qmm_k` with each BLOCK_K step cut into K_BATCH slices of BLOCK_K / K_BATCH, multiplied as one batched
-    (3-D) dot into K_BATCH int32 accumulators that are summed at the end (exact: the same int32 sum). On CUDA
-    Triton gives a 3-D mma.sync dot one warp per batch slice, so a narrow tile (BM 16, BN 16) gets K_BATCH short
-    accumulator chains instead of one long one repeated by every warp."""
+    (3-D) dot into K_BATCH int32 accumulators that are summed at the end (exact: the same int32 sum). On CUDA, with
+    K_BATCH = num_warps, Triton lays the 3-D mma.sync dot out one warp per slice, so a narrow tile (BM 16, BN 16)
+    gets short accumulator chains per warp instead of one long chain repeated by two warps each."""
     BKS: tl.constexpr = BLOCK_K // K_BATCH
     kk = tl.arange(0, K_BATCH)[:, None] * BKS + tl.arange(0, BKS)[None, :]    # [K_BATCH, BKS] offsets in a step
     a_ptrs = x_ptr + (rm.to(tl.int64)[None, :, None] * stride_xm + (k_start + kk)[:, None, :])
