@@ -20,6 +20,8 @@ Kernels
   Decode variant ``mma: "gemv_stream"`` (M ≤ 4, :func:`_qmm_gemv_kernel`): no MMA, a weight-streaming
   grid of SMs × programs_per_sm programs with register-direct vector loads, int32 products accumulated
   elementwise over K (optionally ``dp4a`` on CUDA) and one reduction per output.
+  Bucket key ``k_batch`` (:func:`_qmm_batched_k`): each K step as k_batch slices in one batched (3-D) dot into
+  k_batch int32 accumulators, summed at the end; the narrow decode tiles use it on CUDA (one warp per slice).
 
 CUDA row-kernel fast path (config ``fast``; Ascend keeps ``div_rn``): one IEEE reciprocal per row and a
 Markstein correction per element give the correctly rounded ``y / scale`` (:func:`_quantize_fast`), the
