@@ -110,7 +110,7 @@ def make_inputs_dynamic_quant(shape: dict, *, dtype=torch.bfloat16, device="cpu"
     return out
 
 
-_TOKENS = (1, 16, 64, 128, 4096, 16384)   # decode … prefill 4K / 16K tokens
+_TOKENS = (1, 16, 32, 64, 128, 4096, 16384)   # decode … prefill 4K / 16K tokens
 SPEC_DYNAMIC_QUANT = OpSpec(
     name="dynamic_quant", flops=flops_dynamic_quant, bytes=bytes_dynamic_quant, make_inputs=make_inputs_dynamic_quant,
     shapes={f"{nm}_T{T}": {"T": T, "K": K} for nm, K in (("hidden", 7168), ("q_lora", 1536), ("moe_inter", 2048))
@@ -272,7 +272,7 @@ QUANT_MATMUL_KN = {
 SPEC_QUANT_MATMUL = OpSpec(
     name="quant_matmul", flops=flops_quant_matmul, bytes=bytes_quant_matmul, make_inputs=make_inputs_quant_matmul,
     shapes={f"{nm}_M{M}": {"M": M, "K": K, "N": N} for nm, (K, N) in QUANT_MATMUL_KN.items()
-            for M in (1, 2, 16, 64, 128, 4096, 16384)},   # M = 2: batch-1 decode with one MTP token
+            for M in (1, 2, 16, 32, 64, 128, 4096, 16384)},   # M = 2: batch-1 decode with one MTP token
     compute="int8", tolerance="bf16")
 
 quant_matmul = DsOp(

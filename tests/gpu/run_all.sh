@@ -377,6 +377,9 @@ round78)  # session 11 final table (M 17..32 tile wraps rows): GPU tests, checks
 round79)  # session 11: k_batch 4 on 8 warps (warps [4, 1, 2]: slices x column halves) for the M 33..128 tiles
   step kb_w8 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M64,moe_gate_M64,qkv_a_M128,moe_gate_M128 --cands 'n32w8s4=BLOCK_N:32,BLOCK_K:512,k_batch:4,num_warps:8,num_stages:4,split_k:2;n32w8s3=BLOCK_N:32,BLOCK_K:512,k_batch:4,num_warps:8,num_stages:3,split_k:2;n64w8s3k4=BLOCK_N:64,BLOCK_K:512,k_batch:4,num_warps:8,num_stages:3,split_k:4;n32w8s4pdl=BLOCK_N:32,BLOCK_K:512,k_batch:4,num_warps:8,num_stages:4,split_k:2,pdl:1' --out "$OUT/kb_w8.md"
   ;;
+round80)  # session 11: report rows at M / T 32 (new spec shapes: the M 17..32 tiles and rms_norm_dynamic_quant PDL there)
+  step perf_32 200 python3 -m perf --device cuda --ops quant_matmul,dynamic_quant,rms_norm_dynamic_quant --shapes '*_M32,*_T32' --no-layer --no-dispatch --out "$OUT/perf_32"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
