@@ -380,6 +380,11 @@ round79)  # session 11: k_batch 4 on 8 warps (warps [4, 1, 2]: slices x column h
 round80)  # session 11: report rows at M / T 32 (new spec shapes: the M 17..32 tiles and rms_norm_dynamic_quant PDL there)
   step perf_32 200 python3 -m perf --device cuda --ops quant_matmul,dynamic_quant,rms_norm_dynamic_quant --shapes '*_M32,*_T32' --no-layer --no-dispatch --out "$OUT/perf_32"
   ;;
+round81)  # session 11: the T 16 / 32 row-op report rows with and without PDL (DS_OPS_PDL=0), same run
+  step perf_rows_pdl 100 python3 -m perf --device cuda --ops dynamic_quant,rms_norm_dynamic_quant --shapes '*_T16,*_T32' --backends triton --no-layer --no-dispatch --out "$OUT/perf_rows_pdl"
+  step perf_rows_nopdl 100 env DS_OPS_PDL=0 python3 -m perf --device cuda --ops dynamic_quant,rms_norm_dynamic_quant --shapes '*_T16,*_T32' --backends triton --no-layer --no-dispatch --out "$OUT/perf_rows_nopdl"
+  step perf_rows_pdl2 100 python3 -m perf --device cuda --ops dynamic_quant,rms_norm_dynamic_quant --shapes '*_T16,*_T32' --backends triton --no-layer --no-dispatch --out "$OUT/perf_rows_pdl2"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
