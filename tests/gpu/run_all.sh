@@ -385,6 +385,9 @@ round81)  # session 11: the T 16 / 32 row-op report rows with and without PDL (D
   step perf_rows_nopdl 100 env DS_OPS_PDL=0 python3 -m perf --device cuda --ops dynamic_quant,rms_norm_dynamic_quant --shapes '*_T16,*_T32' --backends triton --no-layer --no-dispatch --out "$OUT/perf_rows_nopdl"
   step perf_rows_pdl2 100 python3 -m perf --device cuda --ops dynamic_quant,rms_norm_dynamic_quant --shapes '*_T16,*_T32' --backends triton --no-layer --no-dispatch --out "$OUT/perf_rows_pdl2"
   ;;
+round82)  # session 11: memcheck of quant_matmul incl. k_batch configs beyond the table (tails, splits, layouts)
+  step sanitize_quant 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 120
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"

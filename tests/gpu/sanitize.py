@@ -45,6 +45,7 @@ def cases():
     inp = Q.make_inputs_quant_matmul(dict(M=5, K=1000, N=300), dtype=bf, device="cuda")
     inp["weight_int8"] = inp["weight_int8"].contiguous()                          # row-major [K, N]
     yield "quant_matmul row-major weight", Q.quant_matmul, inp
+    yield from k_batch_cases()
     for T in (1, 5, 130):
         for K in (7168, 1536, 20000):
             g = torch.Generator().manual_seed(T + K)
@@ -67,6 +68,30 @@ def cases():
             shape = dict(T=T, N=128, He=7168, Hcq=1536, mode=mode)
             yield (f"mla_prolog {mode} T{T} N128 DeepSeek", MP.mla_prolog,
                    MP.make_inputs(shape, dtype=bf, device="cuda", generator=torch.Generator().manual_seed(T)))
+
+
+def k_batch_cases():
+    """quant_matmul's batched K step (bucket key k_batch) beyond the table's two tiles: K tails inside a slice,
+    wrapped and masked rows, split-K with both reductions, row-major and no-unit-stride weights."""
+    from ops.triton import quant as TQ
+    bf = torch.bfloat16
+    for kb, (bm, bn, bk), split, reduce, mask_m, (M, K, N), layout in (
+            (4, (16, 16, 512), 1, "atomic", True, (5, 1000, 300), "kmajor"),
+            (4, (32, 16, 512), 1, "atomic", False, (17, 1368, 40), "kmajor"),
+            (2, (16, 16, 256), 3, "atomic", True, (9, 700, 20), "rowmajor"),
+            (4, (16, 16, 128), 2, "kernel", False, (3, 520, 24), "anystride")):
+        inp = Q.make_inputs_quant_matmul(dict(M=M, K=K, N=N, bias=True), dtype=bf, device="cuda",
+                                         generator=torch.Generator().manual_seed(M + K))
+        if layout == "rowmajor":
+            inp["weight_int8"] = inp["weight_int8"].contiguous()
+        elif layout == "anystride":                      # strides (2N, 2): W_LAYOUT 2
+            big = torch.zeros((K, 2 * N), dtype=torch.int8, device="cuda")
+            big[:, ::2] = inp["weight_int8"]
+            inp["weight_int8"] = big[:, ::2]
+        cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=3, split_k=split,
+                   reduce=reduce, mask_m=mask_m, k_batch=kb)
+        yield (f"quant_matmul k_batch {kb} {bm}x{bn}x{bk} split {split} {reduce} M{M} K{K} N{N} {layout}",
+               lambda cfg=cfg, **k: TQ.quant_matmul_config(**k, config=cfg), inp)
 
 
 def self_test() -> None:
