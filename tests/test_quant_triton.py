@@ -1066,32 +1066,42 @@ def test_cuda_compile_cases_carry_mask_m():
 # "gemv", CUDA-core products, "reduce_unroll" and the persistent "dynamic" grid lost in every H200 sweep and were
 # removed: a config naming them raises ValueError). "swap" is a constexpr switch of _qmm_kernel.
 # ----------------------------------------------------------------------------------------------
-def _variant(mma, bm, bn, bk, split=1, reduce="atomic", mask_m=True):
+def _variant(mma, bm, bn, bk, split=1, reduce="atomic", mask_m=True, k_batch=1):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=3, split_k=split,
-                reduce=reduce, mask_m=mask_m, mma=mma)
+                reduce=reduce, mask_m=mask_m, mma=mma, k_batch=k_batch)
 
 
 _VARIANT_CASES = [
-    # mma, BM, BN, BK, split, reduce, mask_m, M, K, N, weight layout, config table (cuda: wrap; ascend: masks)
-    ("swap", 16, 32, 128, 1, "atomic", True, 1, 300, 40, "kmajor", "cuda"),     # K and N tails, 15 masked rows
-    ("swap", 16, 32, 128, 3, "atomic", True, 17, 700, 72, "kmajor", "cuda"),    # M = 17: a 1-row M block; short last split
-    ("swap", 16, 32, 64, 5, "atomic", True, 9, 1100, 40, "kmajor", "cuda"),     # 5 splits
-    ("dot", 16, 16, 128, 6, "atomic", True, 3, 1500, 24, "rowmajor", "cuda"),   # the default MMA, 6 splits
-    ("swap", 16, 64, 64, 2, "kernel", False, 5, 512, 64, "rowmajor", "cuda"),   # wrapped rows, two-kernel reduce
-    ("swap", 32, 16, 128, 2, "atomic", True, 40, 384, 33, "anystride", "ascend"),  # masked loads, any-stride weight
+    # mma, BM, BN, BK, split, reduce, mask_m, M, K, N, weight layout, config table (cuda: wrap; ascend: masks), k_batch
+    ("swap", 16, 32, 128, 1, "atomic", True, 1, 300, 40, "kmajor", "cuda", 1),     # K and N tails, 15 masked rows
+    ("swap", 16, 32, 128, 3, "atomic", True, 17, 700, 72, "kmajor", "cuda", 1),    # M = 17: a 1-row M block; short last split
+    ("swap", 16, 32, 64, 5, "atomic", True, 9, 1100, 40, "kmajor", "cuda", 1),     # 5 splits
+    ("dot", 16, 16, 128, 6, "atomic", True, 3, 1500, 24, "rowmajor", "cuda", 1),   # the default MMA, 6 splits
+    ("swap", 16, 64, 64, 2, "kernel", False, 5, 512, 64, "rowmajor", "cuda", 1),   # wrapped rows, two-kernel reduce
+    ("swap", 32, 16, 128, 2, "atomic", True, 40, 384, 33, "anystride", "ascend", 1),  # masked loads, any-stride weight
+    # session 11, bucket key k_batch: each BLOCK_K step as k_batch slices in one batched (3-D) dot into k_batch int32
+    # accumulators, summed at the end (on CUDA one warp per slice instead of every warp repeating one long
+    # accumulator chain of the BN16 tile)
+    ("dot", 16, 16, 256, 1, "atomic", True, 16, 1024, 48, "kmajor", "cuda", 4),    # even K, the M 3..16 tile's shape
+    ("dot", 16, 16, 256, 1, "atomic", True, 3, 1100, 40, "kmajor", "cuda", 4),     # K tail inside a slice, N tail
+    ("dot", 16, 32, 128, 3, "atomic", True, 17, 700, 72, "rowmajor", "cuda", 2),   # 3 splits, short last split
+    ("dot", 16, 16, 128, 2, "kernel", False, 5, 520, 24, "anystride", "cuda", 4),  # wrapped rows, two-kernel reduce
+    ("dot", 16, 16, 256, 1, "atomic", True, 9, 700, 20, "strided", "cuda", 2),     # a column slice of a row-major weight
+    ("dot", 32, 16, 64, 2, "atomic", True, 40, 300, 33, "kmajor", "ascend", 2),    # masked loads (no wrap)
 ]
 
 
 @pytest.mark.parametrize("case", _VARIANT_CASES,
-                         ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}x{c[3]}-k{c[4]}{c[5][0]}-M{c[7]}K{c[8]}N{c[9]}-{c[10]}-{c[11]}")
+                         ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}x{c[3]}-k{c[4]}{c[5][0]}-M{c[7]}K{c[8]}N{c[9]}-{c[10]}-{c[11]}"
+                                       + (f"-kb{c[12]}" if c[12] > 1 else ""))
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
 def test_mma_variants_bit_identical_to_reference(case, out_dtype, gen):
-    """Swap-AB tiles and the default MMA (poisoned outputs, bias, M / K / N not multiples of the tile, split-K with
-    both reductions, every weight layout, wrapped and masked loads): bit-identical to the reference, counters left
-    at zero."""
-    mma, bm, bn, bk, split, reduce, mask_m, M, K, N, layout, table = case
+    """Swap-AB tiles, the default MMA and k_batch tiles (poisoned outputs, bias, M / K / N not multiples of the tile,
+    a K tail that ends inside a slice, split-K with both reductions, every weight layout, wrapped and masked loads):
+    bit-identical to the reference, counters left at zero."""
+    mma, bm, bn, bk, split, reduce, mask_m, M, K, N, layout, table, kb = case
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout=layout, bias=True)
-    cfg = _variant(mma, bm, bn, bk, split, reduce, mask_m)
+    cfg = _variant(mma, bm, bn, bk, split, reduce, mask_m, k_batch=kb)
     assert T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key=table)["SPLIT_K"] == split
     out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg, backend_key=table)
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype)
@@ -1675,7 +1685,8 @@ def test_pdl_launch_and_constexpr_always_together(pdl, monkeypatch):
     """The launchers pass launch_pdl=True exactly when they pass PDL=True (an early launch whose kernel never
     waits would read the previous kernel's output before it is written): quant_matmul's MMA and GEMV paths and the
     two row kernels, with the device check forced on."""
-    monkeypatch.setattr(T, "pdl_launch", lambda device, wanted: wanted)
+    from ops.triton import _pdl
+    monkeypatch.setattr(_pdl, "pdl_launch", lambda device, wanted: wanted)   # pdl_kwargs asks it
     log = record_launches(monkeypatch, T, ("_qmm_kernel", "_qmm_gemv_kernel", "_dynamic_quant_kernel",
                                            "_rms_norm_quant_kernel"))
     g = torch.Generator().manual_seed(3)
@@ -1871,34 +1882,8 @@ def test_a_bad_table_bucket_is_refused_at_load_naming_it(monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------
-# session 11: bucket key "k_batch" — each BLOCK_K step cut into k_batch slices multiplied as one batched (3-D) dot
-# into k_batch int32 accumulators, summed at the end (on CUDA one warp per slice instead of every warp repeating one
-# long accumulator chain of the BN16 tile). Exact int32 sums: bit-identical to the reference.
+# session 11: bucket key "k_batch" (its reference cases are in _VARIANT_CASES above)
 # ----------------------------------------------------------------------------------------------
-_K_BATCH_CASES = [
-    # k_batch, BM, BN, BK, split, reduce, mask_m, M, K, N, weight layout, config table
-    (4, 16, 16, 256, 1, "atomic", True, 16, 1024, 48, "kmajor", "cuda"),    # even K, the M 3..16 tile's shape
-    (4, 16, 16, 256, 1, "atomic", True, 3, 1100, 40, "kmajor", "cuda"),     # K tail inside a slice, N tail, 13 masked rows
-    (2, 16, 32, 128, 3, "atomic", True, 17, 700, 72, "rowmajor", "cuda"),   # 3 splits, short last split, M = 17
-    (4, 16, 16, 128, 2, "kernel", False, 5, 520, 24, "anystride", "cuda"),  # wrapped rows, two-kernel reduce, any strides
-    (2, 16, 16, 256, 1, "atomic", True, 9, 700, 20, "strided", "cuda"),     # a column slice of a row-major weight
-    (2, 32, 16, 64, 2, "atomic", True, 40, 300, 33, "kmajor", "ascend"),    # masked loads (no wrap)
-]
-
-
-@pytest.mark.parametrize("case", _K_BATCH_CASES,
-                         ids=lambda c: f"kb{c[0]}-{c[1]}x{c[2]}x{c[3]}-k{c[4]}{c[5][0]}-M{c[7]}K{c[8]}N{c[9]}-{c[10]}-{c[11]}")
-def test_k_batch_bit_identical_to_reference(case, gen):
-    """k_batch tiles (poisoned outputs, bias, M / K / N not multiples of the tile, a K tail that ends inside a slice,
-    split-K with both reductions, every weight layout, wrapped and masked loads): bit-identical to the reference."""
-    kb, bm, bn, bk, split, reduce, mask_m, M, K, N, layout, table = case
-    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout=layout, bias=True)
-    cfg = dict(_variant("dot", bm, bn, bk, split, reduce, mask_m), k_batch=kb)
-    assert T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key=table)["SPLIT_K"] == split
-    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key=table)
-    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
-
-
 def test_k_batch_slices_each_reach_the_sum(gen):
     """Negative control for the slicing: a weight that is zero except in one K column of the last slice of the
     last step still reaches the output (a kernel that dropped or repeated a slice would give 0 or twice the value)."""
@@ -1908,7 +1893,7 @@ def test_k_batch_slices_each_reach_the_sum(gen):
         w = torch.zeros((K, N), dtype=torch.int8)
         w[kcol, 5] = 3
         ws, xs = torch.ones(N), torch.ones(M)
-        cfg = dict(_variant("dot", 16, 16, 256), k_batch=4)
+        cfg = _variant("dot", 16, 16, 256, k_batch=4)
         out = T.quant_matmul_config(x, R.pack_weight(w, "cuda"), ws, xs, out_dtype=torch.float32, config=cfg,
                                     backend_key="cuda")
         want = torch.zeros((M, N))
@@ -1922,7 +1907,7 @@ def test_k_batch_slices_each_reach_the_sum(gen):
 def test_k_batch_hypothesis(M, K, N, kb, split, seed):
     g = torch.Generator().manual_seed(seed)
     x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
-    cfg = dict(_variant("dot", 16, 16, 128, split=split), k_batch=kb)
+    cfg = _variant("dot", 16, 16, 128, split=split, k_batch=kb)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(torch, "empty", poisoned_empty)
         out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
@@ -1959,7 +1944,7 @@ def test_k_batch_reaches_the_kernel_launch_and_the_compile_cases(kb, monkeypatch
     at M 3..32 and 1 elsewhere."""
     log = record_launches(monkeypatch, T, ("_qmm_kernel",))
     x, w, ws, xs, _ = _qmm_inputs(16, 512, 64, torch.Generator().manual_seed(5))
-    T.quant_matmul_config(x, w, ws, xs, config=dict(_variant("dot", 16, 16, 256), k_batch=kb))
+    T.quant_matmul_config(x, w, ws, xs, config=_variant("dot", 16, 16, 256, k_batch=kb))
     assert len(log) == 1 and dict(log[0][3])["K_BATCH"] == ("int", kb), log
     batched = {c["name"].rsplit("_", 3)[0] for c in T.compile_cases("cuda")
                if c["fn"] is T._qmm_kernel and c["constexprs"]["K_BATCH"] == 4}

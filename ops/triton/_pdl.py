@@ -3,13 +3,14 @@ on the stream is still finishing, so the launch and the ramp-up overlap that ker
 
 A kernel launched with ``launch_pdl=True`` may start once every program of the previous kernel has called
 ``griddepcontrol.launch_dependents`` (or exited). Each program of ours calls it first (:func:`pdl_start`), then
-``griddepcontrol.wait`` (:func:`pdl_wait`), which returns once the previous kernel has finished and its writes are
+``griddepcontrol.wait`` (:func:`pdl_wait`; both: :func:`pdl_enter`), which returns once the previous kernel has finished and its writes are
 visible; only then does it touch memory. So the result never depends on the overlap. (Asking L2 for the weights
 before the wait was measured too and lost: docs/perf/quant_gating.md, session 10.)
 
 On Ascend and under the interpreter ``PDL`` is a false constexpr, so the calls are never generated; a Triton without
 ``tl.extra.cuda.gdc_wait`` (triton-ascend 3.2 has no ``tl.extra.cuda``) gets no-op helpers, because its JIT still
-reads the helpers' sources. Host side, :func:`pdl_launch` says whether a launch may ask for it.
+reads the helpers' sources. Host side, :func:`pdl_launch` says whether a launch may ask for it and
+:func:`pdl_kwargs` gives its launch keywords.
 """
 from __future__ import annotations
 
@@ -50,6 +51,13 @@ else:   # triton-ascend 3.2 / Triton < 3.4: never called (PDL is false there), b
         pass
 
 
+@triton.jit
+def pdl_enter():
+    """A PDL kernel's first step: :func:`pdl_start`, then :func:`pdl_wait`, before any memory access."""
+    pdl_start()
+    pdl_wait()
+
+
 @functools.lru_cache(maxsize=None)
 def _device_pdl(index: int) -> bool:
     return HAS_GDC and torch.cuda.get_device_capability(index)[0] >= 9
@@ -65,3 +73,9 @@ def pdl_launch(device: torch.device, wanted: bool) -> bool:
     if env_turned_off(ENV_PDL):
         return False
     return _device_pdl(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def pdl_kwargs(device: torch.device, wanted: bool) -> dict:
+    """The launch keywords of a PDL launch (``launch_pdl=True`` and the kernel's ``PDL=True`` constexpr, always
+    together) when :func:`pdl_launch` grants it, else none."""
+    return dict(launch_pdl=True, PDL=True) if pdl_launch(device, wanted) else {}

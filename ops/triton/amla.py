@@ -65,7 +65,7 @@ import triton
 import triton.language as tl
 
 from ._common import load_configs as _load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner
-from ._pdl import pdl_launch, pdl_start, pdl_wait
+from ._pdl import pdl_enter, pdl_kwargs
 
 __all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan"]
 
@@ -451,8 +451,7 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
     PDL (CUDA sm_90+, section key ``pdl``): let the next kernel launch, then wait for the previous one before
     touching memory (:mod:`ops.triton._pdl`)."""
     if PDL:
-        pdl_start()
-        pdl_wait()
+        pdl_enter()
     pid = tl.program_id(0)
     if PERSISTENT:
         for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
@@ -527,8 +526,7 @@ def _amla_merge_kernel(opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_
     """Merge the KV splits of each query row (one row per work item); empty splits (lse −inf) excluded.
     PDL: as :func:`_amla_fwd_kernel`."""
     if PDL:
-        pdl_start()
-        pdl_wait()
+        pdl_enter()
     pid = tl.program_id(0)
     if PERSISTENT:
         for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
@@ -809,7 +807,7 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         opart, lsepart = out, lse     # unused
     LAST_LAUNCH.clear()
     LAST_LAUNCH["plan"] = dict(plan)   # a copy: the memoised plan is shared
-    pdl = dict(PDL=True, launch_pdl=True) if pdl_launch(dev, plan.get("pdl", False)) else {}
+    pdl = pdl_kwargs(dev, plan.get("pdl", False))
     LAST_LAUNCH["fwd"] = _amla_fwd_kernel[(plan["grid"],)](
         q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, out, lse, opart, lsepart,
         *qn_st, *qr_st,

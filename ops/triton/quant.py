@@ -53,7 +53,7 @@ import triton.language as tl
 from ._common import (backend_key as _backend_key, bf16_cpu_output_reason as _bf16_cpu_output_reason,
                       cdiv as _cdiv, load_configs, next_power_of_2 as _np2, sm_count as _sm_count,
                       unit_inner as _unit_inner)
-from ._pdl import pdl_launch, pdl_start, pdl_wait
+from ._pdl import pdl_enter, pdl_kwargs
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -252,8 +252,7 @@ def _dynamic_quant_kernel(x_ptr, smooth_ptr, q_ptr, scale_ptr, M, K,
     FAST (CUDA): NaN-propagating absmax and the reciprocal + Markstein quotient (:func:`_quantize_fast`),
     bit-identical to the ``div_rn`` path. PDL: as :func:`_qmm_kernel` (row config key ``pdl``)."""
     if PDL:
-        pdl_start()
-        pdl_wait()
+        pdl_enter()
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     n_blocks = tl.cdiv(M, BLOCK_M)
@@ -317,8 +316,7 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, gamma_ptr, smooth_ptr, q_ptr, scale_p
     """As :func:`_dynamic_quant_kernel` (SINGLE: rows in registers; else three sweeps: Σs², absmax,
     quantise); FAST (CUDA) changes only the quantisation step (bit-identical). PDL: as :func:`_qmm_kernel`."""
     if PDL:
-        pdl_start()
-        pdl_wait()
+        pdl_enter()
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     n_blocks = tl.cdiv(M, BLOCK_M)
@@ -382,6 +380,11 @@ def _cached_row_launch(op: str, M: int, K: int, key: str) -> tuple:
     return _make_row_launch(_row_bucket(_all_configs()[key][op], M), M, K)
 
 
+def _not_pow2_int(v) -> bool:
+    """Whether a config value is not a power-of-two int (bools refused): tile lengths, max_block_k, k_batch."""
+    return isinstance(v, bool) or not isinstance(v, int) or v < 1 or bool(v & (v - 1))
+
+
 _ROW_KEYS = {"max_m", "max_block_k", "tile_elems", "block_m", "num_warps", "grid_cap", "num_stages", "fast",
              "flat_int8_store", "pdl"}
 
@@ -399,7 +402,7 @@ def _check_row_config(cfg: dict, where: str = "") -> None:
     if "tile_elems" not in cfg and "block_m" not in cfg:
         raise KeyError(f"{where}row config needs 'tile_elems' or 'block_m' (it has {sorted(cfg)})")
     v = cfg["max_block_k"]
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
+    if _not_pow2_int(v):
         raise ValueError(f"{where}row config max_block_k must be a power of two (a tl.arange length), got {v!r}")
     if cfg.get("pdl", False) not in (True, False):
         raise ValueError(f"{where}row config pdl must be true or false (or 0 / 1), got {cfg['pdl']!r}")
@@ -484,8 +487,7 @@ def dynamic_quant_config(x: torch.Tensor, *, smooth_scales: torch.Tensor | None 
     launch = dict(num_warps=warps)
     if stages and x.device.type == "cuda":
         launch["num_stages"] = stages
-    if pdl and pdl_launch(x.device, True):
-        launch.update(launch_pdl=True, PDL=True)
+    launch.update(pdl_kwargs(x.device, pdl))
     _dynamic_quant_kernel[(grid,)](x2, s, q, scale, M, K, x2.stride(0), K,
                                    HAS_SMOOTH=smooth_scales is not None, BLOCK_M=block_m, BLOCK_K=block_k,
                                    SINGLE=single, FLAT_I8=flat, FAST=fast, **launch)
@@ -541,8 +543,7 @@ def rms_norm_dynamic_quant_config(x: torch.Tensor, gamma: torch.Tensor, *, epsil
     launch = dict(num_warps=warps)
     if stages and x.device.type == "cuda":
         launch["num_stages"] = stages
-    if pdl and pdl_launch(x.device, True):
-        launch.update(launch_pdl=True, PDL=True)
+    launch.update(pdl_kwargs(x.device, pdl))
     _rms_norm_quant_kernel[(grid,)](x2, r2, gamma, s, q, scale, res_out, M, K,
                                     x2.stride(0), r2.stride(0), K, K, float(epsilon),
                                     HAS_RES=residual is not None, HAS_SMOOTH=smooth_scales is not None,
@@ -811,8 +812,7 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
     num_pid_n = tl.cdiv(N, BLOCK_N)
     n_tiles = num_pid_m * num_pid_n
     if PDL:
-        pdl_start()
-        pdl_wait()
+        pdl_enter()
     for item in range(pid, n_tiles * SPLIT_K, nprog):
         _qmm_item(item, x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
                   M, N, K, K_PER_SPLIT, SPLIT_K, stride_xm, stride_wk, stride_wn, stride_om, num_pid_m, num_pid_n,
@@ -913,8 +913,7 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
     first = pid * per
     last = tl.minimum(first + per, n_items)
     if PDL:
-        pdl_start()
-        pdl_wait()
+        pdl_enter()
     if DP4A:
         wq = w_ptr.to(tl.pointer_type(tl.int32))
         xq = x_ptr.to(tl.pointer_type(tl.int32))
@@ -1071,10 +1070,10 @@ def _check_bucket(b: dict, where: str = "") -> None:
         raise ValueError(f"{where}config split_k must be 'auto' or an int >= 1, got {sk!r}")
     for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         v = b[k]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
+        if _not_pow2_int(v):
             raise ValueError(f"{where}config {k} must be a power of two (a tl.arange length), got {v!r}")
     kb = b.get("k_batch", 1)
-    if isinstance(kb, bool) or not isinstance(kb, int) or kb < 1 or kb & (kb - 1):
+    if _not_pow2_int(kb):
         raise ValueError(f"{where}config k_batch must be a power of two >= 1, got {kb!r}")
     if kb > 1 and (mma != "dot" or b["BLOCK_K"] // kb < 32):
         raise ValueError(f"{where}config k_batch {kb} needs mma 'dot' and BLOCK_K / k_batch >= 32 (an int8 MMA's K), "
@@ -1286,8 +1285,7 @@ def quant_matmul_config(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_
     launch = dict(num_warps=int(plan["num_warps"]))
     if dev.type == "cuda":
         launch["num_stages"] = int(plan["num_stages"])
-    if pdl_launch(dev, bool(plan.get("pdl", False))):
-        launch.update(launch_pdl=True, PDL=True)
+    launch.update(pdl_kwargs(dev, bool(plan.get("pdl", False))))
     _qmm_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt,
                          M, N, K, k_per, sk,
                          x_int8.stride(0), weight_int8.stride(0), weight_int8.stride(1), out.stride(0),
@@ -1364,8 +1362,7 @@ def _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, p
     launch = dict(num_warps=int(plan["num_warps"]))
     if dev.type == "cuda":
         launch["num_stages"] = int(plan.get("num_stages", 1))
-    if pdl_launch(dev, bool(plan.get("pdl", False))):
-        launch.update(launch_pdl=True, PDL=True)
+    launch.update(pdl_kwargs(dev, bool(plan.get("pdl", False))))
     _qmm_gemv_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt,
                               M, N, K // u, k_per // u, sk,
                               x_int8.stride(0) // u if (M > 1 or x_int8.stride(0) % u == 0) else 0,
@@ -1441,17 +1438,16 @@ def _qmm_cases(b: dict, q: dict, table: str) -> list[dict]:
                        "WRAP": "constexpr", "PARTIALS": "constexpr",
                        "HAS_BIAS": "constexpr", "EVEN_K": "constexpr", "BLOCK_M": "constexpr",
                        "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-                       "REDUCE": "constexpr", "MASK_M": "constexpr", "MMA": "constexpr"}
+                       "REDUCE": "constexpr", "MASK_M": "constexpr", "MMA": "constexpr", "PDL": "constexpr",
+                       "K_BATCH": "constexpr"}
                 # the layout pack_weight produces for this backend: ND row-major on Ascend, K-major on CUDA
                 ce = dict(W_LAYOUT=1 if table == "ascend" else 0, WRAP=bool(q.get("wrap", False)),
                           PARTIALS=partials, HAS_BIAS=True, EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
                           BLOCK_N=int(b["BLOCK_N"]), BLOCK_K=int(b["BLOCK_K"]), GROUP_M=int(b["GROUP_M"]),
                           REDUCE=partials and b.get("reduce", "kernel") == "atomic",
                           MASK_M=bool(b.get("mask_m", False)), MMA=_MMA_MODES[b.get("mma", "dot")],
+                          PDL=bool(b.get("pdl", False)) and table == "cuda",   # never on Ascend
                           K_BATCH=int(b.get("k_batch", 1)))
-                sig["PDL"] = "constexpr"   # the launch's PDL constexpr (never on Ascend)
-                ce["PDL"] = bool(b.get("pdl", False)) and table == "cuda"
-                sig["K_BATCH"] = "constexpr"
                 tag = "splitk" if partials else "fused"
                 nb = f"_n{b.get('min_n', 0)}-{b['max_n'] if 'max_n' in b else 'inf'}" if "min_n" in b or "max_n" in b else ""
                 if "min_k" in b or "max_k" in b:
