@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -19,7 +18,7 @@ import torch  # noqa: E402
 from ops import amla as A  # noqa: E402
 from ops.triton import amla as TA  # noqa: E402
 from perf.report import print_and_write_lines  # noqa: E402
-from perf.timers import graph_time_us, replayed_outputs  # noqa: E402
+from perf.timers import median_graph_us, replayed_outputs  # noqa: E402
 
 SHAPES = ("b1_sq1_n16_l4096,b1_sq1_n16_l16384,b1_sq2_n16_l4096,b1_sq1_n128_l4096,b16_sq1_n16_l4096,"
           "b16_sq1_n128_l4096,b64_sq1_n16_l4096,b64_sq2_n16_l4096,b64_sq2_n128_l4096")
@@ -47,14 +46,10 @@ def main() -> int:
         gouts = replayed_outputs([lambda s=s: TA.amla_variant(**s, config=cfgs["on"]) for s in sets])
         same_g = all(torch.equal(x, y) for u, v in zip(outs["off"], gouts) for x, y in zip(u, v))
         bad += (not same) + (not same_g)
-        times = {c: [] for c in cfgs}
-        for _ in range(a.rounds):
-            for c, cfg in cfgs.items():
-                fns = [lambda s=s, cfg=cfg: TA.amla_variant(**s, config=cfg) for s in sets]
-                times[c].append(graph_time_us(fns, calls=max(6, len(fns)), replays=10).p50_us)
+        times = median_graph_us({c: [lambda s=s, cfg=cfg: TA.amla_variant(**s, config=cfg) for s in sets]
+                                 for c, cfg in cfgs.items()}, a.rounds, calls=max(6, len(sets)), replays=10)
         ns = TA.LAST_LAUNCH["plan"]["num_splits"]
-        lines.append(f"| {name} | {ns} | {statistics.median(times['off']):.1f} | {statistics.median(times['on']):.1f} | "
-                     f"{same}, {same_g} |")
+        lines.append(f"| {name} | {ns} | {times['off']:.1f} | {times['on']:.1f} | {same}, {same_g} |")
         print(lines[-1], flush=True)
         del sets, outs, gouts
         torch.cuda.empty_cache()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -20,7 +19,7 @@ import torch  # noqa: E402
 
 from ops.triton import moe_gating as TG  # noqa: E402
 from perf.report import print_and_write_lines  # noqa: E402
-from perf.timers import graph_time_us  # noqa: E402
+from perf.timers import median_graph_us  # noqa: E402
 from reference import moe_gating as RG  # noqa: E402
 
 DS = dict(k_group=4, group_count=8, group_select_mode=1, renorm=0, norm_type=1, routed_scaling_factor=2.5, eps=1e-20)
@@ -49,12 +48,9 @@ def main() -> int:
             ref_ids = RG.moe_gating_top_k(x.cpu(), 8, bias=bias.cpu(), **DS)[1]
             ids_ok = all(torch.equal(o[1].cpu(), ref_ids) for o in outs.values())
             bad += (not same) + (not ids_ok)
-            times = {n: [] for n in CANDS}
-            for _ in range(a.rounds):
-                for n, c in CANDS.items():
-                    times[n].append(graph_time_us([lambda c=c: TG.moe_gating_top_k_config(x, 8, bias=bias, config=c,
-                                                                                            **DS)]).p50_us)
-            cells = " | ".join(f"{statistics.median(v):.2f}" for v in times.values())
+            times = median_graph_us({n: [lambda c=c: TG.moe_gating_top_k_config(x, 8, bias=bias, config=c, **DS)]
+                                     for n, c in CANDS.items()}, a.rounds)
+            cells = " | ".join(f"{v:.2f}" for v in times.values())
             lines.append(f"| {T} | {str(dt)[6:]} | {cells} | {same} | {ids_ok} |")
             print(lines[-1], flush=True)
     print_and_write_lines(lines, a.out)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,7 +23,7 @@ from ops.quant import QUANT_MATMUL_KN  # noqa: E402
 from ops.triton import quant as TQ  # noqa: E402
 from perf.peaks import copy_tbs  # noqa: E402
 from perf.report import print_and_write_lines  # noqa: E402
-from perf.timers import graph_time_us, replayed_outputs  # noqa: E402
+from perf.timers import median_graph_us, replayed_outputs  # noqa: E402
 from reference import quant as RQ  # noqa: E402
 
 GEMMS = QUANT_MATMUL_KN
@@ -110,18 +109,15 @@ def main() -> int:
         x, w, ws, xs = sets[0]
         ref_ok = torch.equal(outs["table"][0].cpu(), RQ.quant_matmul(x.cpu(), w.cpu(), ws.cpu(), xs.cpu()))
         bad += (not same) + (not same_g) + (not ref_ok)
-        times = {c: [] for c in cands}
-        for _ in range(a.rounds):
-            for c, cfg_ in cands.items():
-                fns = [lambda s=s, cfg_=cfg_: TQ.quant_matmul_config(*s, config=cfg_) for s in sets]
-                times[c].append(graph_time_us(fns, calls=20, replays=10).p50_us)
+        times = median_graph_us({c: [lambda s=s, cfg_=cfg_: TQ.quant_matmul_config(*s, config=cfg_) for s in sets]
+                                 for c, cfg_ in cands.items()}, a.rounds, calls=20, replays=10)
         cells = []
         for c in names:
             if c in failed:
                 cells.append(f"failed ({failed[c]})")
                 bad += 1
                 continue
-            t = statistics.median(times[c])
+            t = times[c]
             cells.append(f"{t:.2f} ({100 * K * N / (t * 1e-6) / (copy * 1e12):.0f} %)")
         tag = f"{b.get('mma', 'dot')} {b['BLOCK_M']}x{b['BLOCK_N']}x{b['BLOCK_K']} s{b['num_stages']}"
         lines.append(f"| {name} | {tag} | " + " | ".join(cells) + f" | {same}, {same_g} | {ref_ok} |")

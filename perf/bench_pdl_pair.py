@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,7 +23,7 @@ from ops.quant import QUANT_MATMUL_KN  # noqa: E402
 from ops.triton import quant as TQ  # noqa: E402
 from perf.bench_pdl_ab import _inputs  # noqa: E402
 from perf.report import print_and_write_lines  # noqa: E402
-from perf.timers import graph_time_us  # noqa: E402
+from perf.timers import median_graph_us  # noqa: E402
 
 SHAPES = "qkv_a_M1,qkv_a_M2,qkv_a_M16,qkv_a_M64,moe_gate_M16,moe_gate_M64,q_b_M16,o_proj_M64"
 # the GEMM's producer in a layer: hidden states → RmsNorm + quant (qkv_a, the MLP gates), else a plain quant
@@ -79,15 +78,10 @@ def main() -> int:
         outs = {v: [pair(i, *f) for i in range(len(sets))] for v, f in VARIANTS.items()}
         same = all(torch.equal(x, y) for v in VARIANTS for x, y in zip(outs["off"], outs[v]))
         bad += not same
-        times = {v: [] for v in list(VARIANTS) + list(ALONE)}
-        for _ in range(a.rounds):
-            for v, f in VARIANTS.items():
-                fns = [lambda i=i, f=f: pair(i, *f) for i in range(len(sets))]
-                times[v].append(graph_time_us(fns, calls=20, replays=10).p50_us)
-            for v, on in ALONE.items():
-                fns = [lambda i=i, on=on: row(i, on) for i in range(len(sets))]
-                times[v].append(graph_time_us(fns, calls=20, replays=10).p50_us)
-        cells = " | ".join(f"{statistics.median(t):.2f}" for t in times.values())
+        variants = {v: [lambda i=i, f=f: pair(i, *f) for i in range(len(sets))] for v, f in VARIANTS.items()}
+        variants.update({v: [lambda i=i, on=on: row(i, on) for i in range(len(sets))] for v, on in ALONE.items()})
+        times = median_graph_us(variants, a.rounds, calls=20, replays=10)
+        cells = " | ".join(f"{t:.2f}" for t in times.values())
         lines.append(f"| {name} | {op} | {cells} | {same} |")
         print(lines[-1], flush=True)
     print_and_write_lines(lines, a.out)

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import time
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
@@ -246,6 +247,18 @@ def replayed_outputs(fns: Sequence[Callable[[], object]]) -> list:
     g.replay()
     torch.cuda.synchronize()
     return outs
+
+
+def median_graph_us(variants: Mapping[str, Sequence[Callable[[], object]]], rounds: int,
+                    **graph_kw) -> dict[str, float]:
+    """The A/B benches' timing: for each variant (name → its calls, one per rotated input set), the median over
+    ``rounds`` of :func:`graph_time_us` ``(calls, **graph_kw)`` p50, in µs per call. Each round times every variant
+    in turn, so drift between rounds hits all of them alike."""
+    times: dict[str, list[float]] = {n: [] for n in variants}
+    for _ in range(rounds):
+        for n, fns in variants.items():
+            times[n].append(graph_time_us(list(fns), **graph_kw).p50_us)
+    return {n: statistics.median(t) for n, t in times.items()}
 
 
 def _replay_times_us(g, replays: int, head_start_us: float) -> list[float]:

@@ -874,3 +874,22 @@ def test_rms_norm_dynamic_quant_bytes_formula():
     assert Q.bytes_rms_norm_dynamic_quant(x=x, gamma=g) == base
     assert Q.bytes_rms_norm_dynamic_quant(x=x, gamma=g, residual=x.clone(), smooth_scales=torch.ones(128)) == \
         base + 4 * 128 * 2 + 128 * 4
+
+
+def test_median_graph_us_alternates_the_variants_and_takes_each_ones_median(monkeypatch):
+    """The A/B benches' timing (perf.timers.median_graph_us): every round times every variant in turn (drift hits all
+    alike), graph_time_us gets each variant's calls and the keywords, and each variant's result is its median."""
+    import perf.timers as T
+    seen = []
+    samples = {"a": iter([5.0, 1.0, 3.0]), "b": iter([2.0, 9.0, 4.0])}
+
+    def fake(fns, **kw):
+        name = fns[0]()
+        seen.append((name, len(fns), kw))
+        return T.Timing(0.0, next(samples[name]), 0.0, "cudagraph")
+
+    monkeypatch.setattr(T, "graph_time_us", fake)
+    got = T.median_graph_us({"a": [lambda: "a", lambda: "a"], "b": (lambda: "b",)}, 3, calls=20, replays=10)
+    assert got == {"a": 3.0, "b": 4.0}
+    assert [s[0] for s in seen] == ["a", "b"] * 3
+    assert all(kw == dict(calls=20, replays=10) for _, _, kw in seen) and {s[1] for s in seen} == {1, 2}
