@@ -388,6 +388,13 @@ round81)  # session 11: the T 16 / 32 row-op report rows with and without PDL (D
 round82)  # session 11: memcheck of quant_matmul incl. k_batch configs beyond the table (tails, splits, layouts)
   step sanitize_quant 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 120
   ;;
+round83)  # session 11 review refactor: the four A/B benches on median_graph_us, PDL GPU tests on pdl_kwargs / pdl_enter
+  step pytest_pdl 150 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py tests/test_amla_triton.py -k "gpu or pdl"
+  step pdl_ab 60 python3 perf/bench_pdl_ab.py --rounds 1 --shapes qkv_a_M16 --cands 'nopdl=pdl:0'
+  step pdl_pair 60 python3 perf/bench_pdl_pair.py --rounds 1 --shapes qkv_a_M16
+  step amla_pdl 60 python3 perf/bench_amla_pdl.py --rounds 1 --shapes b1_sq1_n16_l4096
+  step gating_ab 60 python3 perf/bench_gating_ab.py --rounds 1
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
