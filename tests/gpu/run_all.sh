@@ -395,6 +395,13 @@ round83)  # session 11 review refactor: the four A/B benches on median_graph_us,
   step amla_pdl 60 python3 perf/bench_amla_pdl.py --rounds 1 --shapes b1_sq1_n16_l4096
   step gating_ab 60 python3 perf/bench_gating_ab.py --rounds 1
   ;;
+round84)  # session 12: qkv_a M 33..128 without K splits: 32x32 / 32x64 k_batch tiles and the 64x32 wgmma tile over row blocks; ncu stall reasons at M64
+  step m64 170 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M64,moe_gate_M64,qkv_a_M48 --cands 'm32n32s6=BLOCK_M:32,BLOCK_N:32,BLOCK_K:512,k_batch:4,split_k:1,num_stages:6,GROUP_M:2;m32n32s5=BLOCK_M:32,BLOCK_N:32,BLOCK_K:512,k_batch:4,split_k:1,num_stages:5,GROUP_M:2;m32n32s4=BLOCK_M:32,BLOCK_N:32,BLOCK_K:512,k_batch:4,split_k:1,num_stages:4,GROUP_M:2;m32n32s6g1=BLOCK_M:32,BLOCK_N:32,BLOCK_K:512,k_batch:4,split_k:1,num_stages:6,GROUP_M:1;m32n32s6pdl=BLOCK_M:32,BLOCK_N:32,BLOCK_K:512,k_batch:4,split_k:1,num_stages:6,GROUP_M:2,pdl:1' --out "$OUT/m64.md"
+  step m128 170 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M128,moe_gate_M128,qkv_a_M96 --cands 'm32n32s3g4=BLOCK_M:32,BLOCK_N:32,BLOCK_K:512,k_batch:4,split_k:1,num_stages:3,GROUP_M:4;m32n32s4g4=BLOCK_M:32,BLOCK_N:32,BLOCK_K:512,k_batch:4,split_k:1,num_stages:4,GROUP_M:4;m32n32s6g4=BLOCK_M:32,BLOCK_N:32,BLOCK_K:512,k_batch:4,split_k:1,num_stages:6,GROUP_M:4;m32n64s4g4=BLOCK_M:32,BLOCK_N:64,BLOCK_K:512,k_batch:4,split_k:1,num_stages:4,GROUP_M:4;m64n32s6g2=BLOCK_M:64,BLOCK_N:32,BLOCK_K:256,split_k:1,num_stages:6,GROUP_M:2' --out "$OUT/m128.md"
+  NCU="ncu --clock-control none -k regex:_qmm_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section Occupancy --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+  step ncu_m64_table 60 $NCU python3 tests/gpu/ncu_qmm.py --mkn 64,7168,2112
+  step ncu_m64_m32n32 60 $NCU python3 tests/gpu/ncu_qmm.py --mkn 64,7168,2112 --config '{"max_m": 64, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 512, "k_batch": 4, "split_k": 1, "num_stages": 6, "GROUP_M": 2, "num_warps": 4, "reduce": "atomic"}'
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
