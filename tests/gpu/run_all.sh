@@ -402,6 +402,10 @@ round84)  # session 12: qkv_a M 33..128 without K splits: 32x32 / 32x64 k_batch 
   step ncu_m64_table 60 $NCU python3 tests/gpu/ncu_qmm.py --mkn 64,7168,2112
   step ncu_m64_m32n32 60 $NCU python3 tests/gpu/ncu_qmm.py --mkn 64,7168,2112 --config '{"max_m": 64, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 512, "k_batch": 4, "split_k": 1, "num_stages": 6, "GROUP_M": 2, "num_warps": 4, "reduce": "atomic"}'
   ;;
+round85)  # session 12: around round 84's best M128 candidate (64x32 wgmma, no K split, 6 stages); 64x64 / 128x64 with splits; M64 64x64 split 4, 64x16 no split
+  step m128b 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M128,moe_gate_M128,qkv_a_M96,qkv_a_M72 --cands 's6g2=BLOCK_M:64,BLOCK_N:32,BLOCK_K:256,split_k:1,num_stages:6,GROUP_M:2;s8g2=BLOCK_M:64,BLOCK_N:32,BLOCK_K:256,split_k:1,num_stages:8,GROUP_M:2;s5g2=BLOCK_M:64,BLOCK_N:32,BLOCK_K:256,split_k:1,num_stages:5,GROUP_M:2;s6g1=BLOCK_M:64,BLOCK_N:32,BLOCK_K:256,split_k:1,num_stages:6,GROUP_M:1;k128s10=BLOCK_M:64,BLOCK_N:32,BLOCK_K:128,split_k:1,num_stages:10,GROUP_M:2;n64sp2=BLOCK_M:64,BLOCK_N:64,BLOCK_K:256,split_k:2,num_stages:5,GROUP_M:2;m128n64sp4=BLOCK_M:128,BLOCK_N:64,BLOCK_K:128,split_k:4,num_stages:6,GROUP_M:1' --out "$OUT/m128b.md"
+  step m64b 150 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M64,moe_gate_M64,qkv_a_M40 --cands 'n64sp4=BLOCK_M:64,BLOCK_N:64,BLOCK_K:256,split_k:4,num_stages:5;n16s8=BLOCK_M:64,BLOCK_N:16,BLOCK_K:256,split_k:1,num_stages:8;k128s10sp2=BLOCK_M:64,BLOCK_N:32,BLOCK_K:128,split_k:2,num_stages:10' --out "$OUT/m64b.md"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
