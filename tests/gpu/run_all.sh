@@ -406,6 +406,13 @@ round85)  # session 12: around round 84's best M128 candidate (64x32 wgmma, no K
   step m128b 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M128,moe_gate_M128,qkv_a_M96,qkv_a_M72 --cands 's6g2=BLOCK_M:64,BLOCK_N:32,BLOCK_K:256,split_k:1,num_stages:6,GROUP_M:2;s8g2=BLOCK_M:64,BLOCK_N:32,BLOCK_K:256,split_k:1,num_stages:8,GROUP_M:2;s5g2=BLOCK_M:64,BLOCK_N:32,BLOCK_K:256,split_k:1,num_stages:5,GROUP_M:2;s6g1=BLOCK_M:64,BLOCK_N:32,BLOCK_K:256,split_k:1,num_stages:6,GROUP_M:1;k128s10=BLOCK_M:64,BLOCK_N:32,BLOCK_K:128,split_k:1,num_stages:10,GROUP_M:2;n64sp2=BLOCK_M:64,BLOCK_N:64,BLOCK_K:256,split_k:2,num_stages:5,GROUP_M:2;m128n64sp4=BLOCK_M:128,BLOCK_N:64,BLOCK_K:128,split_k:4,num_stages:6,GROUP_M:1' --out "$OUT/m128b.md"
   step m64b 150 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M64,moe_gate_M64,qkv_a_M40 --cands 'n64sp4=BLOCK_M:64,BLOCK_N:64,BLOCK_K:256,split_k:4,num_stages:5;n16s8=BLOCK_M:64,BLOCK_N:16,BLOCK_K:256,split_k:1,num_stages:8;k128s10sp2=BLOCK_M:64,BLOCK_N:32,BLOCK_K:128,split_k:2,num_stages:10' --out "$OUT/m64b.md"
   ;;
+round86)  # session 12: the M 65..128 no-split bucket: GPU quant tests, quick check, memcheck, report rows, layer
+  step pytest_gpu 200 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py -k "gpu or pdl or k_batch"
+  step check_quant_gating 110 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step sanitize_quant 130 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 100
+  step perf_128 120 python3 -m perf --device cuda --ops quant_matmul --shapes 'qkv_a_M128,moe_gate_M128' --no-layer --no-dispatch --out "$OUT/perf_128"
+  step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
