@@ -42,16 +42,25 @@ def _inputs(M: int, K: int, N: int, dev: torch.device, g: torch.Generator):
 
 
 def _parse_cands(text: str) -> dict:
-    """'name=key:value,key:value;...' → {name: {key: int value}} (bucket overrides). Raises ValueError naming the
-    part that is not of that form."""
+    """'name=key:value,key:value;...' → {name: {key: value}} (bucket overrides; integer values become ints, others
+    stay strings, e.g. ``mma:gemv_stream``). Raises ValueError naming the part that is not of that form."""
+    def value(v: str):
+        v = v.strip()
+        try:
+            return int(v)
+        except ValueError:
+            if not v:
+                raise
+            return v
+
     cands = {}
     for part in filter(None, (p.strip() for p in text.split(";"))):
         name, _, kvs = part.partition("=")
         try:
-            cands[name.strip()] = {k.strip(): int(v) for k, v in (kv.split(":") for kv in kvs.split(","))}
+            cands[name.strip()] = {k.strip(): value(v) for k, v in (kv.split(":") for kv in kvs.split(","))}
         except ValueError:
-            raise ValueError(f"--cands part {part!r} is not name=key:int,key:int (e.g. 's4pdl=num_stages:4,pdl:1')") \
-                from None
+            raise ValueError(f"--cands part {part!r} is not name=key:value,key:value (e.g. "
+                             "'s4pdl=num_stages:4,pdl:1' or 'gs=mma:gemv_stream,BLOCK_N:1')") from None
     return cands
 
 
@@ -62,7 +71,8 @@ def main() -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES), help="quant_matmul shapes GEMM_M<rows> (default: 8 GEMMs "
                     "of ops.quant.QUANT_MATMUL_KN at M 1, 2, 16, 64, 128)")
     ap.add_argument("--cands", default="pdl=pdl:1",
-                    help="name=key:value,key:value;... bucket overrides (ints, 0/1 for booleans) timed beside the table")
+                    help="name=key:value,key:value;... bucket overrides (ints, 0/1 for booleans, other values as strings) timed "
+                    "beside the table")
     a = ap.parse_args()
     try:
         over = _parse_cands(a.cands)

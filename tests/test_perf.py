@@ -893,3 +893,15 @@ def test_median_graph_us_alternates_the_variants_and_takes_each_ones_median(monk
     assert got == {"a": 3.0, "b": 4.0}
     assert [s[0] for s in seen] == ["a", "b"] * 3
     assert all(kw == dict(calls=20, replays=10) for _, _, kw in seen) and {s[1] for s in seen} == {1, 2}
+
+
+def test_bench_pdl_ab_cands_parse_ints_and_strings():
+    """--cands of perf/bench_pdl_ab.py: integer values become ints, others stay strings (an mma name), and a part
+    without key:value pairs is refused naming that part."""
+    from perf.bench_pdl_ab import _parse_cands
+    got = _parse_cands("gs=mma:gemv_stream,BLOCK_N:1,dp4a:1; s3=num_stages:3;")
+    assert got == {"gs": {"mma": "gemv_stream", "BLOCK_N": 1, "dp4a": 1}, "s3": {"num_stages": 3}}
+    assert isinstance(got["gs"]["BLOCK_N"], int)
+    for bad in ("s3=num_stages", "s3=num_stages:", "s3"):
+        with pytest.raises(ValueError, match="--cands part"):
+            _parse_cands(bad)

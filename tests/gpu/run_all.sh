@@ -413,6 +413,9 @@ round86)  # session 12: the M 65..128 no-split bucket: GPU quant tests, quick ch
   step perf_128 120 python3 -m perf --device cuda --ops quant_matmul --shapes 'qkv_a_M128,moe_gate_M128' --no-layer --no-dispatch --out "$OUT/perf_128"
   step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   ;;
+round87)  # session 12: the streaming GEMV (gemv_stream, now only at N <= 2560) on the wide-N GEMMs at M 1 / 2
+  step gemv_wide 240 python3 perf/bench_pdl_ab.py --rounds 3 --shapes q_b_M1,o_proj_M1,dense_gate_M1,moe_gate_up_M1,moe_down_M1,q_b_M2,moe_gate_up_M2 --cands 'gs16=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_N:1,BLOCK_K:1024,num_warps:1,programs_per_sm:16;gs16k512=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_N:1,BLOCK_K:512,num_warps:1,programs_per_sm:16;gs8=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_N:1,BLOCK_K:1024,num_warps:1,programs_per_sm:8;gs4w4pf=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_N:4,BLOCK_K:1024,num_warps:4,programs_per_sm:4,prefetch:1' --out "$OUT/gemv_wide.md"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
