@@ -633,7 +633,8 @@ def test_mask_m_rows_past_m_masked_not_wrapped(M, K, N, split, even, gen):
 def test_decode_buckets_by_n():
     """The "cuda" table's M <= 16 decode buckets: N <= 2560 (qkv_a 2112, moe_gate 2048) the streaming GEMV at M = 1
     and M = 2, at M 3..16 one 16-column tile per program over all of K with x rows masked past M (43 % of copy
-    bandwidth on the H200 vs 38 % for the split-K BN64 tile); wider N keeps the BN64 split-K tile."""
+    bandwidth on the H200 vs 38 % for the split-K BN64 tile); wider N keeps the BN64 split-K tile unless M <= 2 and
+    K >= 2048 (session 12: the streaming GEMV there too)."""
     cpu = torch.device("cpu")
     # M = 1 (qkv_a K7168 N2112, moe_gate K7168 N2048): the table's first bucket, the streaming GEMV (6.03 us on the
     # H200 for qkv_a, perf/bench_quant_gating.py m1_gemv), one split, dp4a
@@ -655,6 +656,10 @@ def test_decode_buckets_by_n():
     for m in (1, 2, 16):
         for n, k in ((4096, 7168), (7168, 16384), (24576, 1536)):
             p = T.plan_quant_matmul(m, n, k, cpu, backend_key="cuda")
+            if m <= 2 and k >= 2048:   # session 12: the streaming GEMV for wide N too when K >= 2048
+                assert p["mma"] == "gemv_stream" and p["SPLIT_K"] == 1 and p["BLOCK_N"] == (1 if m == 1 else 4), p
+                assert p["programs_per_sm"] == (16 if m == 1 else 8), p
+                continue
             assert p["BLOCK_N"] == 64 and not p.get("mask_m", False) and p.get("mma", "dot") == "dot", (m, n, p)
     assert T.plan_quant_matmul(17, 2112, 7168, cpu, backend_key="cuda")["BLOCK_M"] == 32
     # M 65..128, N <= 2560: BM64 BN32 BK256, 6 stages, no K split once the tiles fill the SMs (qkv_a M128 12.18 ->
@@ -843,20 +848,31 @@ def test_split_k_graphs_replayed_concurrently_on_two_streams():
 _CUDA_QMM = T._all_configs()["cuda"]["quant_matmul"]
 _MASK_BUCKET = next(b for b in _CUDA_QMM["buckets"] if b.get("mask_m"))
 _MAX_N = int(_MASK_BUCKET["max_n"])
-# the streaming GEMV buckets in front of it, in table order: M = 1 (N <= 2560: 6.03 us for qkv_a on the H200, sweep 7)
-# and M = 2 (4-row tiles, 4 warps, 4 programs per SM, prefetch: 8.38 -> 6.71 us, sweep 8)
-_GEMV_BUCKETS = [b for b in _CUDA_QMM["buckets"] if b.get("mma") == "gemv_stream"]
+# the streaming GEMV buckets in front of it: for N <= 2560, M = 1 (6.03 us for qkv_a on the H200, sweep 7) and M = 2
+# (4-row tiles, 4 warps, 4 programs per SM, prefetch: 8.38 -> 6.71 us, sweep 8); for wider N with K >= 2048 (session
+# 12, quant_sweep23: o_proj / dense / MoE GEMMs 13-27 % faster at M 1, 5-16 % at M 2) the same two tiles, 8 programs
+# per SM at M 2
+_GEMV_ALL = [b for b in _CUDA_QMM["buckets"] if b.get("mma") == "gemv_stream"]
+_GEMV_BUCKETS = [b for b in _GEMV_ALL if "max_n" in b]          # N <= 2560
+_GEMV_WIDE_BUCKETS = [b for b in _GEMV_ALL if "max_n" not in b]  # N > 2560, K >= min_k
 _GEMV_BUCKET = _GEMV_BUCKETS[0]                      # M = 1
 _GEMV_M2_BUCKET = _GEMV_BUCKETS[1]                   # M = 2
 _GEMV_MAX_M = max(int(b["max_m"]) for b in _GEMV_BUCKETS)
-assert [int(b["max_m"]) for b in _GEMV_BUCKETS] == [1, 2] and _GEMV_MAX_M == 2
-assert [_CUDA_QMM["buckets"].index(b) for b in _GEMV_BUCKETS] == [0, 1] < [_CUDA_QMM["buckets"].index(_MASK_BUCKET)]
+_GEMV_MIN_K = 2048
+assert [int(b["max_m"]) for b in _GEMV_BUCKETS] == [1, 2] == [int(b["max_m"]) for b in _GEMV_WIDE_BUCKETS]
+assert all(int(b["min_k"]) == _GEMV_MIN_K for b in _GEMV_WIDE_BUCKETS) and _GEMV_MAX_M == 2
+assert max(_CUDA_QMM["buckets"].index(b) for b in _GEMV_ALL) < _CUDA_QMM["buckets"].index(_MASK_BUCKET)
 assert all(int(b["max_n"]) == _MAX_N for b in _GEMV_BUCKETS) and _GEMV_MAX_M <= T._GEMV_MAX_M < 16
 
 
 def _gemv_bucket_for(M):
     """The gemv_stream bucket the "cuda" table gives M at N <= max_n (the first with M <= max_m), or None."""
     return next((b for b in _GEMV_BUCKETS if M <= int(b["max_m"])), None)
+
+
+def _gemv_wide_bucket_for(M):
+    """The gemv_stream bucket the "cuda" table gives M at N > max_n with K >= min_k, or None."""
+    return next((b for b in _GEMV_WIDE_BUCKETS if M <= int(b["max_m"])), None)
 
 
 def _narrow_decode_bucket(M):
@@ -884,8 +900,8 @@ def test_gpu_split_k_helper_shape_splits():
 @pytest.mark.parametrize("M", [1, 2, 3, 4, 5, 15, 16])
 def test_Q1_decode_bucket_boundaries_in_n_and_m(M):
     """min_n <= N <= max_n is inclusive at both ends: N = max_n takes the narrow decode bucket (the streaming GEMV
-    buckets at M = 1 and M = 2; the mask_m BN16 tile at M 3..16), max_n + 1 the split-K BN64 bucket, at every
-    M <= 16; M = 17 never takes either (N <= max_n: the session-11 BN16 tile of 32 rows, rows past M wrapped; else
+    buckets at M = 1 and M = 2; the mask_m BN16 tile at M 3..16), max_n + 1 the split-K BN64 bucket at every
+    M <= 16 when K < 2048 (at M 1 and 2 with K >= 2048: the wide streaming GEMV buckets); M = 17 never takes either (N <= max_n: the session-11 BN16 tile of 32 rows, rows past M wrapped; else
     the 32×64 tile); N unknown (0) and N = 1 do."""
     want = _narrow_decode_bucket(M)
     for N in (1, 16, 17, _MAX_N - 1, _MAX_N):
@@ -898,10 +914,17 @@ def test_Q1_decode_bucket_boundaries_in_n_and_m(M):
         else:
             assert p.get("mask_m") and p.get("mma", "dot") == "dot", (N, p)
             assert (p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"], p["SPLIT_K"]) == (16, 16, 512, 1), (N, p)
+    wide = _gemv_wide_bucket_for(M)
     for N in (_MAX_N + 1, 4096, 24576):
-        p = _cuda_plan(M, N, 7168)
-        assert not p.get("mask_m") and p["BLOCK_N"] == 64 and p["max_m"] == 16, (N, p)
-        assert p.get("mma", "dot") == "dot", (N, p)
+        for K in (_GEMV_MIN_K - 1, 1536) + ((_GEMV_MIN_K, 7168) if wide is None else ()):
+            p = _cuda_plan(M, N, K)
+            assert not p.get("mask_m") and p["BLOCK_N"] == 64 and p["max_m"] == 16, (N, K, p)
+            assert p.get("mma", "dot") == "dot", (N, K, p)
+        if wide is not None:
+            for K in (_GEMV_MIN_K, 7168):
+                p = _cuda_plan(M, N, K)
+                assert T._bucket(M, _CUDA_QMM, N, K) is wide and p["mma"] == "gemv_stream" and p["SPLIT_K"] == 1, p
+                assert bool(p.get("prefetch")) == (M == 2) and p["programs_per_sm"] == (16 if M == 1 else 8), p
     assert T._bucket(M, _CUDA_QMM) is want
     for N in (1, _MAX_N, _MAX_N + 1):
         p17 = _cuda_plan(17, N, 7168)
@@ -1387,14 +1410,15 @@ def test_gemv_stream_dp4a_layout_checks_and_compile_cases(monkeypatch):
     assert not T._gemv_stream_dp4a_ok(x, torch.zeros((K, N), dtype=torch.int8), 64)          # row-major weight
     assert not T._gemv_stream_dp4a_ok(torch.zeros((2, 62), dtype=torch.int8),
                                       R.pack_weight(torch.zeros((62, N), dtype=torch.int8), "cuda"), 64)
-    # the "cuda" table as it is: its gemv_stream buckets (M = 1 and M = 2, one split, dp4a; prefetch at M = 2) give
-    # MROWS 1..max_m cases each, fused, even / tail K x bf16 / fp16, with the bucket's tile (BLOCK_K in int32 words
-    # under dp4a), every name unique (the bucket's max_m in it)
+    # the "cuda" table as it is: its gemv_stream buckets (M = 1 and M = 2, narrow and wide N, one split, dp4a;
+    # prefetch at M = 2) give MROWS 1..max_m cases each, fused, even / tail K x bf16 / fp16, with the bucket's tile
+    # (BLOCK_K in int32 words under dp4a), every name unique (the bucket's max_m and N range in it)
     gs = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_gemv_kernel]
-    assert all(b["split_k"] == 1 and b["dp4a"] for b in _GEMV_BUCKETS) and _GEMV_MAX_M == 2
-    assert len(gs) == (1 + 2) * 2 * 2
-    for b in _GEMV_BUCKETS:
-        mine = [c for c in gs if c["name"].startswith(f"quant_matmul_gemv_stream_m{b['max_m']}_n0-{b['max_n']}_")]
+    assert all(b["split_k"] == 1 and b["dp4a"] for b in _GEMV_ALL) and _GEMV_MAX_M == 2
+    assert len(gs) == (1 + 2) * 2 * 2 * 2
+    for b in _GEMV_ALL:
+        mine = [c for c in gs if c["name"].startswith(
+            f"quant_matmul_gemv_stream_m{b['max_m']}_n0-{b.get('max_n', 'inf')}_")]
         assert {(c["constexprs"]["MROWS"], c["constexprs"]["EVEN_K"], c["signature"]["out_ptr"]) for c in mine} == {
             (m, e, o) for m in range(1, int(b["max_m"]) + 1) for e in (True, False) for o in ("*bf16", "*fp16")}
         for c in mine:
@@ -1954,3 +1978,26 @@ def test_k_batch_reaches_the_kernel_launch_and_the_compile_cases(kb, monkeypatch
                if c["fn"] is T._qmm_kernel and c["constexprs"]["K_BATCH"] == 4}
     assert batched == {"quant_matmul_m16_n0-2560", "quant_matmul_m32_n0-2560"}, batched
     assert all(c["constexprs"]["K_BATCH"] == 1 for c in T.compile_cases("ascend") if c["fn"] is T._qmm_kernel)
+
+
+@pytest.mark.parametrize("M", [1, 2])
+def test_wide_n_streaming_gemv_through_the_registered_op(M, gen, monkeypatch):
+    """Session 12: at M 1 and 2, N past the narrow buckets' max_n takes the wide streaming GEMV bucket when
+    K >= 2048 (K = 2048 exactly: its min_k; a K-major weight, so dp4a) and the BN64 tile at K = 2044: both through
+    the registered op on the "cuda" table, with bias and fp32 out, bit-identical to the reference; the GEMV launcher
+    runs with the wide bucket exactly when K >= 2048."""
+    monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
+    N = _MAX_N + 40
+    calls = []
+    launch = T._launch_gemv_stream
+    monkeypatch.setattr(T, "_launch_gemv_stream", lambda *a, **kw: calls.append(a[6]) or launch(*a, **kw))
+    for K in (_GEMV_MIN_K, _GEMV_MIN_K - 4):
+        calls.clear()
+        x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
+        out = ops.quant.quant_matmul(x, R.pack_weight(w, "cuda"), ws, xs, bias=b, out_dtype=torch.float32)
+        _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+        if K >= _GEMV_MIN_K:
+            assert len(calls) == 1 and calls[0]["max_m"] == M and "max_n" not in calls[0], calls
+            assert calls[0]["programs_per_sm"] == (16 if M == 1 else 8)
+        else:
+            assert not calls

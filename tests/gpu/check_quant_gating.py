@@ -369,30 +369,32 @@ def check_decode_buckets(dev, Ms, gen):
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
-# M = 1 and M = 2 decode GEMMs with N <= 2560 take the "cuda" table's first two buckets, streaming GEMVs (mma
+# M = 1 and M = 2 decode GEMMs with N <= 2560 take the "cuda" table's narrow streaming-GEMV buckets (mma
 # "gemv_stream", _qmm_gemv_kernel, dp4a on a K-major weight): M = 1 6.03 us for qkv_a on the H200 (sweep 7, m1_gemv);
-# M = 2 4-row tiles, 4 warps, 4 programs per SM with the register double buffer (prefetch): 6.71 vs 8.38 us (sweep 8)
-GEMV_SHAPES = [("qkv_a", 7168, 2112), ("moe_gate", 7168, 2048)]
+# M = 2 4-row tiles, 4 warps, 4 programs per SM with the register double buffer (prefetch): 6.71 vs 8.38 us (sweep 8).
+# Wider N with K >= 2048 take the wide ones (session 12, quant_sweep23: the same tiles, 8 programs per SM at M = 2).
+GEMV_SHAPES = [("qkv_a", 7168, 2112), ("moe_gate", 7168, 2048), ("moe_down", 2048, 7168), ("moe_gate_up", 7168, 4096)]
 GEMV_SHAPES_SMOKE = [("qkv_a_like", 2052, 48), ("moe_gate_like", 1030, 40)]   # K tail; K % 4 != 0 (no dp4a)
-GEMV_MS = (1, 2)   # the M each gemv_stream bucket of the table serves (buckets[0]: M = 1, buckets[1]: M = 2)
+GEMV_MS = (1, 2)   # the M the gemv_stream buckets of the table serve
 
 
 def check_gemv_decode(dev, Ms, gen):
-    """The table's M = 1 and M = 2 routes for N <= 2560: the plan is the first / second "cuda" bucket (gemv_stream,
-    one split, dp4a; M = 2 with prefetch), M 3..16 keep the mask_m BN16 tile, N = 2561 leaves all of them; the
-    launcher runs _qmm_gemv_kernel once per call with that M's bucket; fp32 and bf16 out without bias bit-identical
+    """The table's M = 1 and M = 2 routes: the plan is that M's gemv_stream bucket (one split, dp4a; M = 2 with
+    prefetch), narrow for N <= 2560, wide for larger N with K >= 2048; for N <= 2560, M 3..16 keep the mask_m BN16
+    tile; N = 2561 with K = 1536 (q_b's K) leaves all of them; the launcher runs _qmm_gemv_kernel once per call with
+    that M's bucket; fp32 and bf16 out without bias bit-identical
     to the reference (3 runs), K-major (dp4a where K % 4 == 0) and row-major (int8 loads) weights alike; with bias
     within the bf16 tolerance."""
     log("\n## quant_matmul M = 1 / M = 2 streaming GEMV (the cuda table's first two buckets)")
     smoke = dev.type != "cuda"
     od0 = torch.float16 if smoke else torch.bfloat16   # the interpreter truncates fp32 -> bf16 (the reference rounds)
     cfg = TQ._all_configs()["cuda"]["quant_matmul"]
-    gbs = {M: cfg["buckets"][i] for i, M in enumerate(GEMV_MS)}
-    for M, b in gbs.items():
-        check(f"cuda table: quant_matmul bucket {M - 1} is gemv_stream for M = {M}, dp4a, one split"
-              f"{', prefetch' if M == 2 else ''}",
-              b.get("mma") == "gemv_stream" and int(b["max_m"]) == M and b.get("dp4a") is True
-              and b.get("split_k") == 1 and bool(b.get("prefetch")) == (M == 2), str(b))
+    gemv = [b for b in cfg["buckets"] if b.get("mma") == "gemv_stream"]
+    for M in GEMV_MS:
+        for b in (b for b in gemv if int(b["max_m"]) == M):
+            check(f"cuda table: quant_matmul gemv_stream bucket {cfg['buckets'].index(b)} for M = {M}, dp4a, one split"
+                  f"{', prefetch' if M == 2 else ''}", b.get("dp4a") is True and b.get("split_k") == 1
+                  and bool(b.get("prefetch")) == (M == 2), str(b))
     calls = []
     launch = TQ._launch_gemv_stream
     TQ._launch_gemv_stream = lambda *a, **kw: calls.append(a[6]) or launch(*a, **kw)
@@ -401,20 +403,22 @@ def check_gemv_decode(dev, Ms, gen):
     try:
         for name, K, N in (GEMV_SHAPES_SMOKE if smoke else GEMV_SHAPES):
             bad = []
-            for M in (3, 4, 16):
+            for M in (3, 4, 16) if N <= 2560 else ():
                 q = TQ.plan_quant_matmul(M, N, K, dev, backend_key="cuda")
                 if not (q.get("mask_m") and q.get("mma", "dot") == "dot"
                         and (q["BLOCK_M"], q["BLOCK_N"], q["SPLIT_K"]) == (16, 16, 1)):
                     bad.append(f"M={M}: {q['BLOCK_M']}x{q['BLOCK_N']} split {q['SPLIT_K']} mma {q.get('mma')}")
             for M in GEMV_MS:
-                q = TQ.plan_quant_matmul(M, 2561, K, dev, backend_key="cuda")
+                q = TQ.plan_quant_matmul(M, 2561, 1536, dev, backend_key="cuda")
                 if q.get("mma") == "gemv_stream" or q.get("mask_m"):
-                    bad.append(f"N=2561 M={M}: {q.get('mma')} mask_m {q.get('mask_m')}")
-            check(f"{name} M 3/4/16 plan: mask_m 16x16 one split; N 2561 at M 1/2: neither", not bad, "; ".join(bad))
+                    bad.append(f"N=2561 K=1536 M={M}: {q.get('mma')} mask_m {q.get('mask_m')}")
+            check(f"{name} M 3/4/16 plan: mask_m 16x16 one split (N <= 2560); N 2561 K 1536 at M 1/2: neither",
+                  not bad, "; ".join(bad))
             w = torch.randint(-127, 128, (K, N), generator=gen, device=dev, dtype=torch.int8)
             ws = (0.5 + torch.rand(N, generator=gen, device=dev)) / (127.0 * K ** 0.5)
             bias = torch.randn(N, generator=gen, device=dev)
-            for M, b in gbs.items():
+            for M in GEMV_MS:
+                b = next(b for b in gemv if int(b["max_m"]) == M and ("max_n" in b) == (N <= 2560))
                 p = TQ.plan_quant_matmul(M, N, K, dev, backend_key="cuda")
                 keys = ("max_m", "BLOCK_N", "BLOCK_K", "num_warps", "programs_per_sm", "dp4a", "prefetch")
                 ok = (TQ._bucket(M, cfg, N, K) is b and p.get("mma") == "gemv_stream" and p["SPLIT_K"] == 1

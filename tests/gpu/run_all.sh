@@ -420,6 +420,13 @@ round88)  # session 12: the streaming GEMV at M 2 on the wide-N GEMMs with K >= 
   step gemv_wide_m2 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes o_proj_M2,dense_gate_M2,moe_gate_up_M2,moe_down_M2,dense_down_M2 --cands 'w4pf=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_N:4,BLOCK_K:1024,num_warps:4,programs_per_sm:4,prefetch:1;w4=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_N:4,BLOCK_K:1024,num_warps:4,programs_per_sm:4;w2pf=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_N:2,BLOCK_K:1024,num_warps:2,programs_per_sm:8,prefetch:1;w1p16=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_N:1,BLOCK_K:1024,num_warps:1,programs_per_sm:16;w4pf8=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_N:4,BLOCK_K:1024,num_warps:4,programs_per_sm:8,prefetch:1' --out "$OUT/gemv_wide_m2.md"
   step gemv_dense_down_m1 60 python3 perf/bench_pdl_ab.py --rounds 3 --shapes dense_down_M1 --cands 'gs16=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_N:1,BLOCK_K:1024,num_warps:1,programs_per_sm:16' --out "$OUT/gemv_dense_down_m1.md"
   ;;
+round89)  # session 12: the wide streaming-GEMV buckets (M 1 / 2, N > 2560, K >= 2048): checks, memcheck, report rows; narrow M2 at 8 programs per SM
+  step check_quant_gating 130 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step sanitize_quant 130 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 100
+  step perf_m12 150 python3 -m perf --device cuda --ops quant_matmul --shapes '*_M1,*_M2' --no-layer --no-dispatch --out "$OUT/perf_m12"
+  step m2_narrow 60 python3 perf/bench_pdl_ab.py --rounds 3 --shapes qkv_a_M2,moe_gate_M2 --cands 'p8=programs_per_sm:8' --out "$OUT/m2_narrow.md"
+  step pytest_gpu 150 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py -k "gpu or gemv"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
