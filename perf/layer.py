@@ -74,22 +74,21 @@ def _from_hook(device: torch.device, dtype: torch.dtype, mod):
     return (f"{hook.__name__}()", fn, args, kwargs), None
 
 
-def builtin_layer(device: torch.device, mode: str):
-    """A random DeepSeek-V3 MoE decoder layer built through the public loader (ops.weights.load_layer_weights with
-    HF-named random weights) and a paged cache with a filled context. Accelerator: DeepSeek-V3 attention dims
-    (He 7168, 128 heads, q_lora 1536), 32 routed experts (an EP8 shard) + 1 shared, B = 64, S_q = 2 (MTP),
-    context 4096. CPU: a tiny config (He 256, 4 heads, 16 experts), B = 2, S_q = 2, context 64.
-    Returns (description, fn, args, kwargs)."""
-    from ops.deepseek_layer import DeepseekV3DecodeLayer, PagedCache
+def random_layer(device: torch.device, mode: str, *, dense: bool = False):
+    """A random DeepSeek-V3 decoder layer (layer 0) built through the public loader (ops.weights.load_layer_weights
+    with HF-named random bf16 weights), mode "bf16" or "a8w8". Accelerator: DeepSeek-V3 attention dims (He 7168,
+    128 heads, q_lora 1536) and either 32 routed experts (an EP8 shard) + 1 shared, or with ``dense`` the dense MLP
+    of layers 0-2 (intermediate 18432). CPU: a tiny config (He 256, 4 heads, 16 experts or intermediate 320).
+    Returns the ``DeepseekV3DecodeLayer``."""
+    from ops.deepseek_layer import DeepseekV3DecodeLayer
     from ops.weights import LayerConfig, load_layer_weights
+    first_dense = 1 if dense else 0   # layer 0 is dense iff first_k_dense_replace > 0
     if device.type == "cpu":
         cfg = LayerConfig(hidden_size=256, num_attention_heads=4, q_lora_rank=192, n_routed_experts=16, n_group=4,
                           topk_group=2, num_experts_per_tok=4, moe_intermediate_size=64, intermediate_size=320,
-                          first_k_dense_replace=0)
-        B, S_q, L, bs = 2, 2, 64, 16
+                          first_k_dense_replace=first_dense)
     else:
-        cfg = LayerConfig(n_routed_experts=32, first_k_dense_replace=0)
-        B, S_q, L, bs = 64, 2, 4096, 64
+        cfg = LayerConfig(n_routed_experts=32, first_k_dense_replace=first_dense)
     g = torch.Generator(device=device).manual_seed(0)
     He, N, Hcq, Hckv = cfg.hidden_size, cfg.num_attention_heads, cfg.q_lora_rank, cfg.kv_lora_rank
     D, Dr, V, E, I = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.n_routed_experts, \
@@ -106,28 +105,56 @@ def builtin_layer(device: torch.device, mode: str):
           p + "self_attn.q_a_proj.weight": w(Hcq, He), p + "self_attn.q_a_layernorm.weight": gamma(Hcq),
           p + "self_attn.q_b_proj.weight": w(N * (D + Dr), Hcq),
           p + "self_attn.kv_a_proj_with_mqa.weight": w(Hckv + Dr, He), p + "self_attn.kv_a_layernorm.weight": gamma(Hckv),
-          p + "self_attn.kv_b_proj.weight": w(N * (D + V), Hckv), p + "self_attn.o_proj.weight": w(He, N * V),
-          p + "mlp.gate.weight": torch.randn(E, He, generator=g, device=device) * 2.0 / He ** 0.5,
-          p + "mlp.gate.e_score_correction_bias": 0.1 * torch.randn(E, generator=g, device=device)}
-    for e in range(E):
-        sd[p + f"mlp.experts.{e}.gate_proj.weight"] = w(I, He)
-        sd[p + f"mlp.experts.{e}.up_proj.weight"] = w(I, He)
-        sd[p + f"mlp.experts.{e}.down_proj.weight"] = w(He, I)
-    Is = I * cfg.n_shared_experts
-    sd.update({p + "mlp.shared_experts.gate_proj.weight": w(Is, He), p + "mlp.shared_experts.up_proj.weight": w(Is, He),
-               p + "mlp.shared_experts.down_proj.weight": w(He, Is)})
+          p + "self_attn.kv_b_proj.weight": w(N * (D + V), Hckv), p + "self_attn.o_proj.weight": w(He, N * V)}
+    if dense:
+        Id = cfg.intermediate_size
+        sd.update({p + "mlp.gate_proj.weight": w(Id, He), p + "mlp.up_proj.weight": w(Id, He),
+                   p + "mlp.down_proj.weight": w(He, Id)})
+    else:
+        sd[p + "mlp.gate.weight"] = torch.randn(E, He, generator=g, device=device) * 2.0 / He ** 0.5
+        sd[p + "mlp.gate.e_score_correction_bias"] = 0.1 * torch.randn(E, generator=g, device=device)
+        for e in range(E):
+            sd[p + f"mlp.experts.{e}.gate_proj.weight"] = w(I, He)
+            sd[p + f"mlp.experts.{e}.up_proj.weight"] = w(I, He)
+            sd[p + f"mlp.experts.{e}.down_proj.weight"] = w(He, I)
+        Is = I * cfg.n_shared_experts
+        sd.update({p + "mlp.shared_experts.gate_proj.weight": w(Is, He),
+                   p + "mlp.shared_experts.up_proj.weight": w(Is, He),
+                   p + "mlp.shared_experts.down_proj.weight": w(He, Is)})
     layer = DeepseekV3DecodeLayer(load_layer_weights(sd, 0, cfg, mode=mode, device=device))
     del sd
-    nb = -(-(L + S_q) // bs)
-    cache = PagedCache(num_layers=1, num_blocks=B * nb + 2, block_size=bs, kv_lora_rank=Hckv, qk_rope_head_dim=Dr,
-                       device=device)
-    cache.allocate(B, L + S_q, generator=torch.Generator().manual_seed(1))
+    return layer
+
+
+def random_step(layer, device: torch.device, batch: int, s_q: int, context: int, block_size: int):
+    """A paged cache for ``layer`` with ``batch`` requests of ``context`` cached tokens (random latent rows, pages
+    in random order) and a random bf16 x [batch, s_q, He] for the next step; the cache is not advanced, so every
+    call of the layer is the same step. Returns (x, cache)."""
+    from ops.deepseek_layer import PagedCache
+    cfg = layer.cfg
+    g = torch.Generator(device=device).manual_seed(2)
+    nb = -(-(context + s_q) // block_size)
+    cache = PagedCache(num_layers=1, num_blocks=batch * nb + 2, block_size=block_size,
+                       kv_lora_rank=cfg.kv_lora_rank, qk_rope_head_dim=cfg.qk_rope_head_dim, device=device)
+    cache.allocate(batch, context + s_q, generator=torch.Generator().manual_seed(1))
     cache.kv[0].normal_(generator=g)
     cache.kr[0].normal_(generator=g)
-    cache.seq_lens = torch.full((B,), L, dtype=torch.int32, device=device)   # not advanced: every call is the same step
-    x = torch.randn(B, S_q, He, generator=g, device=device).to(torch.bfloat16)
-    desc = (f"built-in random layer ({mode}): He {He}, {N} heads, q_lora {Hcq}, {E} routed experts (top-"
-            f"{cfg.num_experts_per_tok}) + {cfg.n_shared_experts} shared, B {B}, S_q {S_q}, context {L}")
+    cache.seq_lens = torch.full((batch,), context, dtype=torch.int32, device=device)
+    x = torch.randn(batch, s_q, cfg.hidden_size, generator=g, device=device).to(torch.bfloat16)
+    return x, cache
+
+
+def builtin_layer(device: torch.device, mode: str):
+    """A random DeepSeek-V3 MoE decoder layer (:func:`random_layer`) and its step (:func:`random_step`):
+    accelerator B = 64, S_q = 2 (MTP), context 4096, block 64; CPU B = 2, S_q = 2, context 64, block 16.
+    Returns (description, fn, args, kwargs)."""
+    layer = random_layer(device, mode)
+    B, S_q, L, bs = (2, 2, 64, 16) if device.type == "cpu" else (64, 2, 4096, 64)
+    x, cache = random_step(layer, device, B, S_q, L, bs)
+    cfg = layer.cfg
+    desc = (f"built-in random layer ({mode}): He {cfg.hidden_size}, {cfg.num_attention_heads} heads, q_lora "
+            f"{cfg.q_lora_rank}, {cfg.n_routed_experts} routed experts (top-{cfg.num_experts_per_tok}) + "
+            f"{cfg.n_shared_experts} shared, B {B}, S_q {S_q}, context {L}")
     return desc, layer, (x, cache), {}
 
 

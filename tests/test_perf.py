@@ -905,3 +905,54 @@ def test_bench_pdl_ab_cands_parse_ints_and_strings():
     for bad in ("s3=num_stages", "s3=num_stages:", "s3"):
         with pytest.raises(ValueError, match="--cands part"):
             _parse_cands(bad)
+
+
+def test_bench_layer_graph_steps_variants_and_pdl_all_table():
+    """perf/bench_layer_graph.py's pieces that run without a GPU: --steps parsing (BxS, S within ds::amla's
+    [1, 16]), the variant names, the pdl_all table (pdl on every "cuda" decode bucket of the row ops and
+    quant_matmul with max_m <= 64, nothing else touched, the input not mutated) and the context that plans from it
+    (plans change inside, and are back to the table's after: no memoised plan leaks either way)."""
+    from ops.triton import quant as TQ
+    from perf.bench_layer_graph import parse_steps, pdl_all_table, quant_tables, variant_context
+    assert parse_steps("1x1, 64X2,") == [(1, 1), (64, 2)]
+    for bad in ("64", "0x1", "4x17", "4x0", "ax2", ""):
+        with pytest.raises(ValueError, match="--steps"):
+            parse_steps(bad)
+    with pytest.raises(ValueError, match="unknown variant 'pdl'"):
+        variant_context("pdl", {})
+    base = TQ._all_configs()
+    before = json.dumps(base, sort_keys=True)
+    t = pdl_all_table(base)
+    assert json.dumps(base, sort_keys=True) == before
+    for op in ("dynamic_quant", "rms_norm_dynamic_quant", "quant_matmul"):
+        for b0, b1 in zip(base["cuda"][op]["buckets"], t["cuda"][op]["buckets"]):
+            assert b1.get("pdl", False) == (int(b0["max_m"]) <= 64 or b0.get("pdl", False)), (op, b0)
+            assert {k: v for k, v in b1.items() if k != "pdl"} == {k: v for k, v in b0.items() if k != "pdl"}
+    assert t["ascend"] == base["ascend"]
+    cpu = torch.device("cpu")
+    assert not TQ.plan_quant_matmul(64, 2112, 7168, cpu, backend_key="cuda").get("pdl", False)
+    with quant_tables(t):
+        assert TQ._all_configs() is t
+        assert TQ.plan_quant_matmul(64, 2112, 7168, cpu, backend_key="cuda")["pdl"] is True
+        assert not TQ.plan_quant_matmul(128, 2112, 7168, cpu, backend_key="cuda").get("pdl", False)
+    assert TQ._all_configs() is base
+    assert not TQ.plan_quant_matmul(64, 2112, 7168, cpu, backend_key="cuda").get("pdl", False)
+
+
+def test_random_dense_layer_runs_and_its_bytes():
+    """perf.layer.random_layer(dense=True) builds layer 0 with the dense MLP through the public loader, and a step
+    of it runs on the CPU (tiny config); bench_layer_graph.layer_bytes counts each weight tensor once plus the
+    latent cache rows of the step: B·(context + S)·(512 + 64)·2 bytes more per request."""
+    from ops.weights import MLPWeights
+    from perf.bench_layer_graph import layer_bytes
+    from perf.layer import random_layer, random_step
+    cpu = torch.device("cpu")
+    layer = random_layer(cpu, "a8w8", dense=True)
+    assert isinstance(layer.w.mlp, MLPWeights)
+    x, cache = random_step(layer, cpu, 2, 2, 64, 16)
+    y = layer(x, cache)
+    assert y.shape == x.shape and y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
+    w = layer_bytes(layer, 0, 0, 0)
+    mlp = layer.w.mlp
+    assert w > sum(t.numel() * t.element_size() for t in (mlp.gate_up.weight, mlp.down.weight))
+    assert layer_bytes(layer, 2, 2, 64) - w == 2 * 66 * 576 * 2

@@ -430,6 +430,9 @@ round89)  # session 12: the wide streaming-GEMV buckets (M 1 / 2, N > 2560, K >=
 round90)  # session 12: the 4-row streaming GEMV at M 3..4 on the wide-N GEMMs (K >= 2048)
   step gemv_wide_m4 200 python3 perf/bench_pdl_ab.py --rounds 3 --shapes o_proj_M4,dense_gate_M4,dense_down_M4,moe_gate_up_M4,moe_down_M4,o_proj_M3,moe_down_M3 --cands 'w4pf8=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_K:1024,BLOCK_N:4,num_warps:4,programs_per_sm:8,prefetch:1;w4pf4=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_K:1024,BLOCK_N:4,num_warps:4,programs_per_sm:4,prefetch:1;w4p8=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_K:1024,BLOCK_N:4,num_warps:4,programs_per_sm:8;w2pf8=mma:gemv_stream,BLOCK_M:4,num_stages:1,split_k:1,dp4a:1,BLOCK_K:1024,BLOCK_N:2,num_warps:2,programs_per_sm:8,prefetch:1' --out "$OUT/gemv_wide_m4.md"
   ;;
+round91)  # session 12: one dense decoder layer by CUDA-graph replay, PDL as configured / off / on every decode bucket
+  step layer_graph 420 python3 perf/bench_layer_graph.py --rounds 3 --out "$OUT/layer_graph.md"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
