@@ -226,6 +226,7 @@ class DeepseekV3DecodeLayer:
             raise NotImplementedError(f"hidden_act {cfg.hidden_act!r}")
         self.w, self.cfg, self.mode, self.layer_idx = weights, cfg, weights.mode, weights.layer_idx
         self.inv_freq, self.attention_scaling = yarn_inv_freq(cfg)
+        self._inv_freq_on: dict[torch.device, torch.Tensor] = {}   # inv_freq per device, copied once (graph capture)
         self.softmax_scale = softmax_scale_of(cfg)
         self.rope_dtype = rope_dtype
         self.registered_ops = registered_ops
@@ -239,7 +240,10 @@ class DeepseekV3DecodeLayer:
 
     def rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(sin, cos) [T, Dr] in ``rope_dtype`` (half-duplicated layout) for int positions [T]."""
-        f = positions.float()[:, None] * self.inv_freq.to(positions.device)[None, :]
+        inv = self._inv_freq_on.get(positions.device)
+        if inv is None:   # one host-to-device copy per device, not one per step (a copy cannot be graph-captured)
+            inv = self._inv_freq_on[positions.device] = self.inv_freq.to(positions.device)
+        f = positions.float()[:, None] * inv[None, :]
         emb = torch.cat([f, f], dim=-1)
         return ((emb.sin() * self.attention_scaling).to(self.rope_dtype),
                 (emb.cos() * self.attention_scaling).to(self.rope_dtype))

@@ -22,6 +22,7 @@ import contextlib
 import copy
 import os
 import sys
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -135,6 +136,31 @@ def layer_bytes(layer, batch: int, s_q: int, context: int) -> int:
     return total + batch * (context + s_q) * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2
 
 
+def _step_row(layer, mode: str, B: int, S: int, a, names: list[str], base: dict, copy_rate: float) -> str:
+    """One table row: the layer on a fresh B×S step, each variant's replayed output and cache rows against the
+    eager forward's, and each variant's median µs per forward."""
+    from perf.layer import random_step
+    from perf.timers import median_graph_us, replayed_outputs
+    x, cache = random_step(layer, torch.device("cuda"), B, S, a.context, a.block_size)
+    slots = cache.slots(S)                     # computed once: its bounds check syncs the host
+    cache.slots = lambda s_q, _v=slots: _v     # noqa: E731 - the instance attribute shadows the method
+    want = layer(x, cache)
+    rows = slots // a.block_size
+    want_kv = cache.kv[0].index_select(0, rows).clone()
+    fns, same = {}, True
+    for v in names:
+        def run(v=v):
+            with variant_context(v, base):
+                return layer(x, cache)
+        fns[v] = [run]
+        same &= torch.equal(replayed_outputs([run])[0], want)
+    same &= torch.equal(cache.kv[0].index_select(0, rows), want_kv)
+    times = median_graph_us(fns, a.rounds, replays=20)
+    nbytes = layer_bytes(layer, B, S, a.context)
+    cells = [f"{times[v]:.1f} ({100 * nbytes / (times[v] * 1e-6) / (copy_rate * 1e12):.0f} %)" for v in names]
+    return f"| {mode} | {B}×{S} ({B * S}) | {nbytes / 1e6:.0f} | " + " | ".join(cells) + f" | {same} |"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="markdown file to write (default: print only)")
@@ -159,10 +185,9 @@ def main() -> int:
         ap.error("needs a CUDA device (this torch sees none)")
 
     from ops.triton import quant as TQ
-    from perf.layer import random_layer, random_step
+    from perf.layer import random_layer
     from perf.peaks import copy_tbs
     from perf.report import print_and_write_lines
-    from perf.timers import median_graph_us, replayed_outputs
 
     dev = torch.device("cuda")
     copy_rate = copy_tbs(dev)
@@ -181,29 +206,14 @@ def main() -> int:
             print(f"building the {mode} layer ...", flush=True)
             layer = random_layer(dev, mode, dense=True)
             for B, S in steps:
-                x, cache = random_step(layer, dev, B, S, a.context, a.block_size)
-                slots = cache.slots(S)                     # computed once: its bounds check syncs the host
-                cache.slots = lambda s_q, _v=slots: _v     # noqa: E731 - the instance shadows the method
-                want = layer(x, cache)
-                want_kv = cache.kv[0].index_select(0, slots // a.block_size).clone()
-                fns, same = {}, True
-                for v in names:
-                    def run(v=v):
-                        with variant_context(v, base):
-                            return layer(x, cache)
-                    fns[v] = [run]
-                    out = replayed_outputs([run])[0]
-                    same &= torch.equal(out, want)
-                same &= torch.equal(cache.kv[0].index_select(0, slots // a.block_size), want_kv)
-                bad += not same
-                times = median_graph_us(fns, a.rounds, replays=20)
-                nbytes = layer_bytes(layer, B, S, a.context)
-                cells = [f"{times[v]:.1f} ({100 * nbytes / (times[v] * 1e-6) / (copy_rate * 1e12):.0f} %)"
-                         for v in names]
-                lines.append(f"| {mode} | {B}×{S} ({B * S}) | {nbytes / 1e6:.0f} | " + " | ".join(cells)
-                             + f" | {same} |")
+                try:
+                    lines.append(_step_row(layer, mode, B, S, a, names, base, copy_rate))
+                except Exception as e:  # noqa: BLE001 - one step's failure (capture, memory) is reported, not fatal
+                    traceback.print_exc()
+                    lines.append(f"| {mode} | {B}×{S} ({B * S}) | | failed: {type(e).__name__}: "
+                                 f"{str(e).splitlines()[0][:120] if str(e) else ''} |" + " |" * len(names))
+                bad += "failed" in lines[-1] or lines[-1].endswith("| False |")
                 print(lines[-1], flush=True)
-                del x, cache
             del layer
             torch.cuda.empty_cache()
     print_and_write_lines(lines, a.out)
