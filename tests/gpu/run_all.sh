@@ -433,6 +433,10 @@ round90)  # session 12: the 4-row streaming GEMV at M 3..4 on the wide-N GEMMs (
 round91)  # session 12: one dense decoder layer by CUDA-graph replay, PDL as configured / off / on every decode bucket
   step layer_graph 420 python3 perf/bench_layer_graph.py --rounds 3 --out "$OUT/layer_graph.md"
   ;;
+round92)  # session 12: memcheck with the wide-GEMV cases (odd K / N, row-major), check_layer on the layer's inv_freq change
+  step sanitize_quant 130 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 100
+  step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"

@@ -46,6 +46,14 @@ def cases():
     inp["weight_int8"] = inp["weight_int8"].contiguous()                          # row-major [K, N]
     yield "quant_matmul row-major weight", Q.quant_matmul, inp
     yield from k_batch_cases()
+    for M in (1, 2):   # session 12: the wide streaming-GEMV buckets (N > 2560, K >= 2048) at odd K and N
+        for K, N, layout in ((2048, 2563, "kmajor"), (2052, 4099, "kmajor"), (2050, 2570, "kmajor"),
+                             (2048, 2601, "rowmajor")):
+            inp = Q.make_inputs_quant_matmul(dict(M=M, K=K, N=N, bias=True), dtype=bf, device="cuda",
+                                             generator=torch.Generator().manual_seed(M + K + N))
+            if layout == "rowmajor":
+                inp["weight_int8"] = inp["weight_int8"].contiguous()
+            yield f"quant_matmul wide GEMV M{M} K{K} N{N} {layout}", Q.quant_matmul, inp
     for T in (1, 5, 130):
         for K in (7168, 1536, 20000):
             g = torch.Generator().manual_seed(T + K)
