@@ -237,12 +237,13 @@ def test_quant_plans_device_keyed_and_fresh(monkeypatch):
             got = Q.plan_quant_matmul(M, N, K, dev, backend_key="cuda")
             assert got == Q._make_qmm_plan(M, N, K, "cuda", None, dev)
             assert got == Q._make_qmm_plan(M, N, K, "cuda", None, None, target)
-    # N = 4096 takes a split-K ("auto") decode bucket: the split count follows the device's SM count
-    a = Q.plan_quant_matmul(1, 4096, 7168, torch.device("cuda", 0), backend_key="cuda")
-    b = Q.plan_quant_matmul(1, 4096, 7168, torch.device("cuda", 1), backend_key="cuda")
-    assert a["SPLIT_K"] != b["SPLIT_K"]
+    # M 16, N 4096 takes a split-K ("auto") decode bucket: the split count follows the device's SM count
+    # (M 1 / 2 at K >= 2048 run the streaming GEMV since session 12, which never splits)
+    a = Q.plan_quant_matmul(16, 4096, 7168, torch.device("cuda", 0), backend_key="cuda")
+    b = Q.plan_quant_matmul(16, 4096, 7168, torch.device("cuda", 1), backend_key="cuda")
+    assert a["split_k"] == "auto" and a["SPLIT_K"] != b["SPLIT_K"]
     a["SPLIT_K"] = -3
-    assert Q.plan_quant_matmul(1, 4096, 7168, torch.device("cuda", 0), backend_key="cuda")["SPLIT_K"] > 0
+    assert Q.plan_quant_matmul(16, 4096, 7168, torch.device("cuda", 0), backend_key="cuda")["SPLIT_K"] > 0
     assert Q._row_launch_for("dynamic_quant", 7, 7168, torch.device("cpu"), None, None) == Q._cached_row_launch.__wrapped__(
         "dynamic_quant", 7, 7168, "ascend")
 
