@@ -881,3 +881,83 @@ def test_c8_cache_saturation_bit_exact_at_both_ends(mode):
         sat = (ra == -128) | (ra == 127)
         assert (ra == -128).any() and (ra == 127).any(), name
         assert torch.equal(rb[sat], ra[sat]), f"{name}: saturated values differ"
+
+
+# ----------------------------------------------------------------------------------------------
+# down GEMM on quant_matmul's streaming GEMV ("cuda" table, full A8W8, T ≤ down.gemv_max_t; session 14)
+# ----------------------------------------------------------------------------------------------
+# a "gemv_stream" bucket the interpreter can run (no dp4a inline asm): what quant_matmul's table gives on CUDA
+_GEMV_PLAN = dict(BLOCK_N=4, BLOCK_K=128, num_warps=1, programs_per_sm=1, dp4a=False, prefetch=True, SPLIT_K=1)
+
+
+@pytest.fixture
+def down_gemv(monkeypatch):
+    """``down_gemv(gemv_max_t)``: the "cuda" table with ``down.gemv_max_t`` set, quant's table answering with
+    :data:`_GEMV_PLAN` for any shape (the CPU has no CUDA plan); returns the list of GEMV launches (x, weights, part)."""
+    import copy
+    from ops.triton import quant as TQ
+    launches = []
+    real = TQ.gemv_stream_int32
+
+    def spy(x, weights, part, plan):
+        launches.append((x.shape, tuple(w.shape for w in weights), part.shape))
+        return real(x, weights, part, plan)
+
+    def use(gmax):
+        cfg = copy.deepcopy(K._all_configs())
+        cfg["cuda"]["down"]["gemv_max_t"] = gmax
+        monkeypatch.setattr(K, "_all_configs", lambda: cfg)
+        monkeypatch.setattr(K, "_backend_key", lambda device: "cuda")
+        monkeypatch.setattr(TQ, "gemv_stream_plan", lambda M_, N_, K_, dev: dict(_GEMV_PLAN))
+        monkeypatch.setattr(TQ, "gemv_stream_int32", spy)
+        K._cached_plan.cache_clear()
+        K._cached_launch.cache_clear()
+        return launches
+    yield use
+    K._cached_plan.cache_clear()
+    K._cached_launch.cache_clear()
+
+
+@pytest.mark.parametrize("mode,T,fused", [("a8w8", 1, True), ("a8w8_c8", 1, True), ("a8w8", 2, False),
+                                          ("a8w8_c8", 3, False)])
+def test_down_gemv_matches_reference(mode, T, fused, down_gemv):
+    """The down GEMM as ONE streaming-GEMV launch over [W_DQ ‖ W_DKV_KR] (K-major): outputs and caches against the
+    reference (poisoned workspace, so an unwritten partial fails), the row kernels planned unsplit, and the same
+    bits as the down kernel's split path (int32 sums are exact in any order). T 1: the fused row + query launch;
+    T 2–3 (gemv_max_t 4): the separate row and query launches."""
+    launches = down_gemv(4)
+    inp = K.pack_weights(small(mode, T=T, seed=90 + T, He=1000), "cuda")   # He 1000: a K tail in the GEMV
+    _, b, _, rb = compare(inp)
+    assert launches == [((T, 1000), ((1000, 96), (1000, 576)), (T, 672))]
+    p = K.plan(T, 1000, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda", int8_down=True, int8_query=True,
+               gemv=True)
+    assert p["down"]["GEMV"] and p["down"]["SPLIT_K"] == 1 and bool(p["query"]["FUSE_ROW"]) == fused
+    c = clone(inp)
+    rc = K.mla_prolog_config(**c, overrides={"down": {"gemv_max_t": 0}})   # the down kernel, split
+    assert len(launches) == 1
+    for u, v in zip(rb, rc):
+        assert torch.equal(bits(u), bits(v))
+    for name in ("kv_cache", "kr_cache"):
+        assert torch.equal(bits(b[name]), bits(c[name])), name
+
+
+def test_down_gemv_only_where_it_applies(down_gemv):
+    """The GEMV takes the down GEMM only for int8 token_x on the "cuda" table at T ≤ gemv_max_t with K-major int8
+    weights of equal strides; elsewhere the down kernel runs (and the results still match the reference)."""
+    launches = down_gemv(1)
+
+    def gemv_used(inp, **kw):   # (no clone: it would make a strided weight dense)
+        n = len(launches)
+        K.mla_prolog_config(**inp, **kw)
+        return len(launches) > n
+    packed = K.pack_weights(small("a8w8", T=1, seed=95), "cuda")
+    assert gemv_used(packed)
+    assert not gemv_used(K.pack_weights(small("a8w8", T=2, seed=95), "cuda"))      # T > gemv_max_t
+    assert not gemv_used(packed, backend_key="ascend")                              # not the "cuda" table
+    assert not gemv_used(K.pack_weights(small("partial", T=1, seed=95), "cuda"))   # float token_x
+    assert not gemv_used(K.pack_weights(small("a8w8", T=1, seed=95), "ascend"))    # row-major int8 weights
+    odd = dict(packed)
+    odd["weight_dkv_kr"] = torch.empty_strided(odd["weight_dkv_kr"].shape, (1, 72), dtype=torch.int8,
+                                               device=DEV).copy_(packed["weight_dkv_kr"])   # other strides
+    assert odd["weight_dkv_kr"].stride() == (1, 72) and not gemv_used(odd)
+    compare(odd, views={"weight_dkv_kr": odd["weight_dkv_kr"]})   # the fallback is still right

@@ -1376,6 +1376,66 @@ def test_gemv_stream_non_contiguous_x_and_extremes(gen):
     assert torch.equal(out, torch.full((3, 8), -127.0 * 127.0 * K))
 
 
+# session 14: gemv_stream_int32, the streaming GEMV over two K-major weights side by side (ds::mla_prolog's down
+# GEMM x @ [W_DQ | W_DKV_KR] at T = 1), int32 sums, no epilogue
+@pytest.mark.parametrize("M,K,N1,N2,bn,bk,ppc,pf", [
+    (1, 300, 16, 9, 4, 64, 1, True),     # K tail, N2 tail (rows past N clamped into the second weight)
+    (2, 512, 8, 8, 8, 128, 4, False),    # even K, one tile per weight
+    (4, 700, 24, 13, 1, 256, 2, True),   # one row per item, items on 40 programs
+    (3, 130, 12, 0, 4, 64, 1, False),    # one weight only
+])
+def test_gemv_stream_int32_two_weights_exact(M, K, N1, N2, bn, bk, ppc, pf, gen):
+    """part = x @ [w1 | w2] exactly (int32), every element written (part poisoned), for one or two weights."""
+    x = torch.randint(-127, 128, (M, K), generator=gen, dtype=torch.int8)
+    ws_ = [R.pack_weight(torch.randint(-127, 128, (K, n), generator=gen, dtype=torch.int8), "cuda")
+           for n in ((N1, N2) if N2 else (N1,))]
+    plan = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=1, programs_per_sm=ppc, dp4a=False, prefetch=pf, SPLIT_K=1)
+    assert T.gemv_stream_int32_ok(x, tuple(ws_), plan)
+    part = torch.empty((M, N1 + N2), dtype=torch.int32)
+    T.gemv_stream_int32(x, tuple(ws_), part, plan)
+    assert torch.equal(part, R.int8_matmul_exact(x, torch.cat(ws_, 1)))
+
+
+@_host
+def test_gemv_stream_int32_ok_rejects_what_it_cannot_read():
+    """gemv_stream_int32_ok: K-major int8 weights of equal strides, the first one's width a multiple of BLOCK_N,
+    int32-word alignment where the plan asks for dp4a; gemv_stream_plan is None off CUDA and for M > 4."""
+    K = 256
+    x = torch.zeros((1, K), dtype=torch.int8)
+    a, b = (R.pack_weight(torch.zeros((K, n), dtype=torch.int8), "cuda") for n in (16, 8))
+    plan = dict(BLOCK_N=4, BLOCK_K=128, dp4a=True)
+    assert T.gemv_stream_int32_ok(x, (a, b), plan) and T.gemv_stream_int32_ok(x, (a,), plan)
+    assert not T.gemv_stream_int32_ok(x, (a, torch.zeros((K, 8), dtype=torch.int8)), plan)       # row-major
+    assert not T.gemv_stream_int32_ok(x, (a, R.pack_weight(torch.zeros((K + 4, 8), dtype=torch.int8),
+                                                           "cuda")[:K]), plan)                       # other strides
+    assert not T.gemv_stream_int32_ok(x, (a, b), dict(plan, BLOCK_N=32))                             # 16 % 32
+    assert not T.gemv_stream_int32_ok(x, (a.float(), b), plan)                                       # not int8
+    odd = torch.zeros((16 * (K + 1) + 1,), dtype=torch.int8)[1:].view(16, K + 1)[:, :K].t()        # misaligned
+    assert odd.stride() == (1, K + 1) and not T.gemv_stream_int32_ok(x, (odd,), plan)
+    assert T.gemv_stream_int32_ok(x, (odd,), dict(plan, dp4a=False))
+    assert T.gemv_stream_plan(1, 2112, 7168, torch.device("cpu")) is None
+    if torch.cuda.is_available():
+        dev = torch.device("cuda")
+        p = T.gemv_stream_plan(1, 2112, 7168, dev)
+        assert p is not None and p["mma"] == "gemv_stream" and p["SPLIT_K"] == 1
+        assert T.gemv_stream_plan(5, 2112, 7168, dev) is None and T.gemv_stream_plan(16, 2112, 7168, dev) is None
+
+
+@_gpu
+def test_gemv_stream_int32_cuda_deepseek_down_shape():
+    """On CUDA with the table's plan (dp4a): x [1, 7168] @ [W_DQ (7168 × 1536) | W_DKV_KR (7168 × 576)], exact."""
+    g = torch.Generator().manual_seed(14)
+    dev = torch.device("cuda")
+    x = torch.randint(-127, 128, (1, 7168), generator=g, dtype=torch.int8)
+    w = [R.pack_weight(torch.randint(-127, 128, (7168, n), generator=g, dtype=torch.int8), "cuda") for n in (1536, 576)]
+    plan = T.gemv_stream_plan(1, 2112, 7168, dev)
+    xd, wd = x.to(dev), tuple(t.t().contiguous().t().to(dev) for t in w)
+    assert plan is not None and plan.get("dp4a") and T.gemv_stream_int32_ok(xd, wd, plan)
+    part = torch.full((1, 2112), -1, dtype=torch.int32, device=dev)
+    T.gemv_stream_int32(xd, wd, part, plan)
+    assert torch.equal(part.cpu(), R.int8_matmul_exact(x, torch.cat(w, 1)))
+
+
 @settings(max_examples=6)
 @given(M=st.integers(1, 4), K=st.integers(1, 600), N=st.integers(1, 70), bn=st.sampled_from([1, 2, 4, 16]),
        split=st.integers(1, 3), ppc=st.integers(1, 3), pf=st.booleans(), seed=st.integers(0, 2**31 - 1))

@@ -65,6 +65,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import quant as _quant
 from ._common import (backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
                       sm_count as _sm_count, unit_inner as _unit_inner)
 
@@ -833,14 +834,16 @@ def _flat_scale(s: torch.Tensor | None, expand_to: int = 0) -> tuple[torch.Tenso
 
 def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: torch.device, *,
          int8_down: bool = False, int8_query: bool = False, backend_key: str | None = None,
-         overrides: dict | None = None, cores: int | None = None, act_bytes: int = 2) -> dict:
+         overrides: dict | None = None, cores: int | None = None, act_bytes: int = 2, gemv: bool = False) -> dict:
     """The launch plan for these shapes (shapes only, no data): per-kernel tiles, SPLIT_K, grids.
     T, He, Hcq, N, D, Dr, Hckv: tokens, hidden, q_lora_rank, heads, qk_nope / qk_rope head dims, kv_lora_rank
     (ints); int8_down / int8_query: int8 operands of the down GEMM (token_x) / the query GEMM (weight_uq_qr);
     ``overrides`` = {"down": {...}, "query": {...}, "row": {...}} replaces bucket entries (perf sweeps);
     ``cores`` overrides the core count (default: the config's, or the device's SM count); ``act_bytes`` is
     the element size of the float activation dtype (fp32 operands need more shared memory per stage:
-    where the config has ``smem_bytes``, num_stages is lowered until the estimate fits).
+    where the config has ``smem_bytes``, num_stages is lowered until the estimate fits); ``gemv``: the down GEMM
+    runs on ``quant_matmul``'s streaming GEMV (:func:`ops.triton.quant.gemv_stream_int32`; the launcher decides it
+    from the config's ``down.gemv_max_t`` and the weights' layout), so the down plan is unsplit (``GEMV`` True).
     Returns a new dict {down, row, query: per-kernel dicts; backend_key} (the caller may change it); plans
     without overrides are memoised per (shapes, int8 flags, config table, core count, act_bytes) — everything
     they depend on.
@@ -852,16 +855,17 @@ def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: 
     cores = cores or _cores(_all_configs()[key], device)
     if overrides:
         return _make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, bool(int8_down), bool(int8_query), act_bytes,
-                          overrides)
-    p = _cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, bool(int8_down), bool(int8_query), act_bytes)
+                          overrides, bool(gemv))
+    p = _cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, bool(int8_down), bool(int8_query), act_bytes,
+                     bool(gemv))
     return {k: dict(v) if isinstance(v, dict) else v for k, v in p.items()}
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
 def _cached_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int,
-                 int8_down: bool, int8_query: bool, act_bytes: int) -> dict:
+                 int8_down: bool, int8_query: bool, act_bytes: int, gemv: bool = False) -> dict:
     """:func:`_make_plan` without overrides, memoised; the result is shared: never modify it."""
-    return _make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, int8_down, int8_query, act_bytes, None)
+    return _make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, int8_down, int8_query, act_bytes, None, gemv)
 
 
 # config keys of switches that were measured on the H200, lost or tied and were removed (docs/perf/mla_prolog.md,
@@ -888,7 +892,7 @@ def _check_removed(cfg: dict, ov: dict) -> None:
 
 
 def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int,
-               int8_down: bool, int8_query: bool, act_bytes: int, overrides: dict | None) -> dict:
+               int8_down: bool, int8_query: bool, act_bytes: int, overrides: dict | None, gemv: bool = False) -> dict:
     """:func:`plan` for a resolved config table ``key`` and core count."""
     cfg = _all_configs()[key]
     ov = overrides or {}
@@ -909,7 +913,9 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     k_per = _cdiv(_cdiv(He, sk), bk) * bk
     sk = _cdiv(He, k_per)
     d.update(SPLIT_K=sk, K_PER_SPLIT=k_per, EVEN_K=(He % k_per == 0 and k_per % bk == 0),
-             grid=_grid(tiles * sk, int(dc.get("grid_cap", 0))))
+             grid=_grid(tiles * sk, int(dc.get("grid_cap", 0))), GEMV=bool(gemv))
+    if gemv:   # quant_matmul's streaming GEMV writes the unsplit int32 sums: the row kernels read one partial
+        d.update(SPLIT_K=1, K_PER_SPLIT=He, EVEN_K=True)
     smem = int(cfg.get("smem_bytes", 0))
     eb = 1 if int8_down else act_bytes
     d["num_stages"] = _fit_stages(int(d.get("num_stages", 1)), (bm * bk + bk * bn) * eb, 0, smem)
@@ -1008,11 +1014,12 @@ def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smo
 @functools.lru_cache(maxsize=4096, typed=True)
 def _cached_launch(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int, full: bool,
                    qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool, act_bytes: int,
-                   on_cuda: bool) -> _Launch:
+                   on_cuda: bool, gemv: bool = False) -> _Launch:
     """The launch constants for a call without overrides, memoised on everything they depend on: shapes, the
     mode flags (int8 x / W_UQ_QR / kv / kr caches, smooth scales), fp32 activations, config table, core count
-    and whether the device is CUDA. Shared: its dicts are only ever unpacked into launches (``**``)."""
-    return _make_launch(_cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, act_bytes),
+    and whether the device is CUDA, and whether the down GEMM runs on the streaming GEMV. Shared: its dicts are
+    only ever unpacked into launches (``**``)."""
+    return _make_launch(_cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, act_bytes, gemv),
                         full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
 
 
@@ -1096,6 +1103,24 @@ def mla_prolog(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_uq_qr: tor
                              rmsnorm_epsilon_ckv=rmsnorm_epsilon_ckv, cache_mode=cache_mode)
 
 
+def _down_gemv(key: str, T: int, He: int, CT: int, x: torch.Tensor, weight_dq: torch.Tensor,
+               weight_dkv_kr: torch.Tensor, full: bool, overrides: dict | None) -> dict | None:
+    """The streaming-GEMV plan for the down GEMM, or None (then :func:`_down_kernel` runs): the "cuda" table, int8
+    token_x (full A8W8), T ≤ its ``down.gemv_max_t`` (default 0: off; overrides may set it), ``quant_matmul``'s
+    table giving the unsplit ``gemv_stream`` bucket for (T, Hcq + Hckv + Dr, He), and weights it can read (K-major
+    int8 of equal strides, :func:`ops.triton.quant.gemv_stream_int32_ok`). Host metadata only (no sync)."""
+    if key != "cuda" or not full:
+        return None
+    dc = _all_configs()[key]["down"]
+    gmax = int((overrides or {}).get("down", {}).get("gemv_max_t", dc.get("gemv_max_t", 0)))
+    if T > gmax:
+        return None
+    gp = _quant.gemv_stream_plan(T, CT, He, x.device)
+    if gp is None or not _quant.gemv_stream_int32_ok(x, (weight_dq, weight_dkv_kr), gp):
+        return None
+    return gp
+
+
 def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq, rmsnorm_gamma_ckv,
                       rope_sin, rope_cos, kv_cache, kr_cache, *, cache_index, dequant_scale_x=None,
                       dequant_scale_w_dq=None, dequant_scale_w_uq_qr=None, dequant_scale_w_dkv_kr=None,
@@ -1130,14 +1155,17 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     has_smooth = smooth_scales_cq is not None
     ieee = dt == torch.float32
     on_cuda = dev.type == "cuda"
+    x = token_x.reshape(T, He)
+    Ckv = Hckv + Dr
+    CT = Hcq + Ckv
+    gemv = _down_gemv(key, T, He, CT, x, weight_dq, weight_dkv_kr, full, overrides)
     if overrides:
-        lp = _make_launch(_make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, dt.itemsize, overrides),
-                          full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
+        lp = _make_launch(_make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, dt.itemsize, overrides,
+                                     gemv is not None), full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
     else:
         lp = _cached_launch(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, kv8, kr8, has_smooth, ieee,
-                            dt.itemsize, on_cuda)
+                            dt.itemsize, on_cuda, gemv is not None)
     asc = lp.asc
-    x = token_x.reshape(T, He)
     sin = rope_sin.reshape(T, Dr)
     cos = rope_cos.reshape(T, Dr)
     idx = cache_index.reshape(T)
@@ -1154,12 +1182,13 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         kv_w, kr_w = _unit_inner(kv_cache), _unit_inner(kr_cache)   # written back below when copied
 
     # ---- 1. down GEMM ----
-    Ckv = Hckv + Dr
-    CT = Hcq + Ckv
     ws = torch.empty((lp.split_k, T, CT), dtype=torch.int32 if full else torch.float32, device=dev)
-    _down_kernel[lp.down_grid](x, weight_dq, weight_dkv_kr, ws, T, He, Hcq, Ckv, lp.k_per_split, lp.split_k,
-                               x.stride(0), x.stride(1), weight_dq.stride(0), weight_dq.stride(1),
-                               weight_dkv_kr.stride(0), weight_dkv_kr.stride(1), **lp.down_kw)
+    if gemv is not None:   # A8W8, T ≤ down.gemv_max_t: quant_matmul's streaming GEMV, unsplit int32 sums
+        _quant.gemv_stream_int32(x, (weight_dq, weight_dkv_kr), ws[0], gemv)
+    else:
+        _down_kernel[lp.down_grid](x, weight_dq, weight_dkv_kr, ws, T, He, Hcq, Ckv, lp.k_per_split, lp.split_k,
+                                   x.stride(0), x.stride(1), weight_dq.stride(0), weight_dq.stride(1),
+                                   weight_dkv_kr.stride(0), weight_dkv_kr.stride(1), **lp.down_kw)
 
     # ---- 2. row kernel ----
     if qint8:

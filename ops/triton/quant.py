@@ -882,11 +882,11 @@ def _gemv_reduce_row(r, m: tl.constexpr, split, part_ptr, M, N, SPLIT_K, on, nma
 
 
 @triton.jit(do_not_specialize=["SPLIT_K"])
-def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr,
+def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_ptr, w2_ptr, N1,
                      M, N, K_U, K_PER_SPLIT_U, SPLIT_K, stride_xm_u, stride_wk_u, stride_wn_u, stride_om,
                      MROWS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_KU: tl.constexpr, PARTIALS: tl.constexpr, REDUCE: tl.constexpr, DP4A: tl.constexpr,
-                     PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False):
+                     PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False, TWO_W: tl.constexpr = False):
     """Streaming GEMV for M = MROWS ≤ 4 token rows (bucket key ``mma: "gemv_stream"``), shaped like a pure
     weight-read kernel: a grid of SMs × ``programs_per_sm`` programs, each taking a contiguous run of work
     items (item = tile · SPLIT_K + split; tile = BLOCK_N weight rows n, split = a K range of K_PER_SPLIT_U);
@@ -904,7 +904,9 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
     products, so one step of loads stays in flight during the MACs (ptxas does not unroll the int8 loop).
     Exact int32 sums: bit-identical to every other path.
 
-    PDL: as :func:`_qmm_kernel`."""
+    PDL: as :func:`_qmm_kernel`. TWO_W (CUDA, :func:`gemv_stream_int32`): the weight is two matrices side by side,
+    [w | w2] with w's N1 columns first (same strides, N1 % BLOCK_N == 0, so a tile reads one of them); else w2_ptr
+    and N1 are not read."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     n_tiles = tl.cdiv(N, BLOCK_N)
@@ -916,9 +918,11 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
         pdl_enter()
     if DP4A:
         wq = w_ptr.to(tl.pointer_type(tl.int32))
+        w2q = w2_ptr.to(tl.pointer_type(tl.int32))
         xq = x_ptr.to(tl.pointer_type(tl.int32))
     else:
         wq = w_ptr
+        w2q = w2_ptr
         xq = x_ptr
     for item in range(first, last):
         tile = item // SPLIT_K
@@ -926,6 +930,11 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
         on = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = on < N
         rn = tl.minimum(on, N - 1)   # rows past N re-read row N - 1 (never stored): unmasked vector loads
+        wb = wq
+        if TWO_W:
+            if tile * BLOCK_N >= N1:
+                wb = w2q
+                rn = rn - N1
         k_start = split * K_PER_SPLIT_U
         k_len = tl.minimum(K_U - k_start, K_PER_SPLIT_U)
         if not PARTIALS:   # the epilogue's vectors, in flight during the K loop
@@ -939,7 +948,7 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
             xs2 = tl.load(xs_ptr + tl.minimum(2, M - 1)).to(tl.float32)
             xs3 = tl.load(xs_ptr + tl.minimum(3, M - 1)).to(tl.float32)
         rk = tl.arange(0, BLOCK_KU)
-        wp = wq + (rn.to(tl.int64)[:, None] * stride_wn_u + (k_start + rk).to(tl.int64)[None, :] * stride_wk_u)
+        wp = wb + (rn.to(tl.int64)[:, None] * stride_wn_u + (k_start + rk).to(tl.int64)[None, :] * stride_wk_u)
         # the x row as a row-broadcast pointer tile: it takes the weight tile's register layout
         xp = xq + ((k_start + rk).to(tl.int64)[None, :] + tl.zeros((BLOCK_N, 1), dtype=tl.int64))
         acc0 = tl.zeros((BLOCK_N, BLOCK_KU), dtype=tl.int32)
@@ -1363,7 +1372,7 @@ def _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, p
     if dev.type == "cuda":
         launch["num_stages"] = int(plan.get("num_stages", 1))
     launch.update(pdl_kwargs(dev, bool(plan.get("pdl", False))))
-    _qmm_gemv_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt,
+    _qmm_gemv_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt, weight_int8, 0,
                               M, N, K // u, k_per // u, sk,
                               x_int8.stride(0) // u if (M > 1 or x_int8.stride(0) % u == 0) else 0,
                               weight_int8.stride(0) if not dp4a else 1, weight_int8.stride(1) // u, out.stride(0),
@@ -1373,6 +1382,65 @@ def _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, p
     if sk > 1 and not reduce:
         _launch_qmm_epilogue(cfg, part, weight_scale, x_scale, bias_arg, out, sk, has_bias)
     return out
+
+
+def gemv_stream_plan(M: int, N: int, K: int, device: torch.device) -> dict | None:
+    """The "cuda" table's quant_matmul plan for (M, N, K) when it is the unsplit streaming GEMV
+    (``mma: "gemv_stream"``, SPLIT_K 1), else None. Shapes only (memoised plan, no sync); None off CUDA."""
+    if device.type != "cuda" or M < 1 or M > _GEMV_MAX_M or N < 1 or K < 1:
+        return None
+    p = _qmm_plan(M, N, K, "cuda", device)
+    return p if p.get("mma") == _GEMV_STREAM and int(p["SPLIT_K"]) == 1 else None
+
+
+def gemv_stream_int32_ok(x_int8: torch.Tensor, weights: tuple, plan: dict) -> bool:
+    """Whether :func:`gemv_stream_int32` can take these operands with ``plan`` (host metadata only): one or two
+    K-major int8 weights ([K, N_i] views with unit K stride) of equal strides, the first one's width a multiple
+    of the plan's BLOCK_N, and the int32-word (dp4a) loads legal for each when the plan asks for them."""
+    w0 = weights[0]
+    if len(weights) not in (1, 2) or any(w.dtype != torch.int8 or w.stride(0) != 1 for w in weights):
+        return False
+    if len(weights) == 2 and (weights[1].stride() != w0.stride() or w0.shape[1] % int(plan["BLOCK_N"])):
+        return False
+    bk = int(plan["BLOCK_K"])
+    return not plan.get("dp4a", False) or all(_gemv_stream_dp4a_ok(x_int8, w, bk) for w in weights)
+
+
+def gemv_stream_int32(x_int8: torch.Tensor, weights: tuple, part: torch.Tensor, plan: dict) -> None:
+    """part[m, n] = Σ_k x_int8[m, k] · W[k, n] exactly in int32, W = [weights[0] ‖ weights[1]] (the columns of the
+    first, then the second), no epilogue: the streaming GEMV (:func:`_qmm_gemv_kernel`) in ONE launch over both
+    weights. For ``ds::mla_prolog``'s down GEMM ``x @ [W_DQ ‖ W_DKV_KR]`` at T = 1 (its row kernel reads part as
+    the unsplit partial sums).
+
+    x_int8 [M, K] int8 (M ≤ 4); weights: one or two int8 [K, N_i] (K-major, equal strides); part [M, ΣN_i] int32,
+    contiguous; plan: :func:`gemv_stream_plan` (M, ΣN_i, K) on CUDA (tests pass a bucket without dp4a to run it
+    under the interpreter). The caller checks :func:`gemv_stream_int32_ok` first (nothing is validated here)."""
+    M, K = x_int8.shape
+    w0 = weights[0]
+    w1 = weights[-1]
+    N1 = w0.shape[1]
+    N = part.shape[1]
+    bn, bk = int(plan["BLOCK_N"]), int(plan["BLOCK_K"])
+    if x_int8.stride(1) != 1 and K > 1:
+        x_int8 = x_int8.contiguous()
+    dp4a = bool(plan.get("dp4a", False))
+    u = 4 if dp4a else 1
+    n_items = _cdiv(N, bn)
+    dev = part.device
+    sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device()) if dev.type == "cuda" else 20
+    grid = _grid(n_items, sms * int(plan.get("programs_per_sm", 4)))
+    grid = _cdiv(n_items, _cdiv(n_items, grid))   # every program gets work
+    f32 = torch.empty(0, dtype=torch.float32, device=dev)   # the epilogue's pointers: never read
+    launch = dict(num_warps=int(plan["num_warps"]))
+    if dev.type == "cuda":
+        launch["num_stages"] = int(plan.get("num_stages", 1))
+    _qmm_gemv_kernel[(grid,)](x_int8, w0, f32, f32, f32, part, part, part, w1, N1,
+                              M, N, K // u, K // u, 1,
+                              x_int8.stride(0) // u if (M > 1 or x_int8.stride(0) % u == 0) else 0,
+                              w0.stride(0) if not dp4a else 1, w0.stride(1) // u, part.stride(0),
+                              MROWS=M, HAS_BIAS=False, EVEN_K=(K % bk == 0), BLOCK_N=bn, BLOCK_KU=bk // u,
+                              PARTIALS=True, REDUCE=False, DP4A=dp4a, PREFETCH=bool(plan.get("prefetch", False)),
+                              TWO_W=len(weights) == 2, **launch)
 
 
 # ==============================================================================================
@@ -1391,7 +1459,7 @@ def _gemv_stream_cases(b: dict, table: str) -> list[dict]:
                 for out in ("*bf16", "*fp16"):
                     sig = {"x_ptr": "*i8", "w_ptr": "*i8", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32",
                            "out_ptr": out, "part_ptr": "*i32" if partials else out,
-                           "cnt_ptr": "*i32" if partials else out, "M": "i32", "N": "i32", "K_U": "i32",
+                           "cnt_ptr": "*i32" if partials else out, "w2_ptr": "*i8", "N1": "i32", "M": "i32", "N": "i32", "K_U": "i32",
                            "K_PER_SPLIT_U": "i32", "SPLIT_K": "i32", "stride_xm_u": "i32", "stride_wk_u": "i32",
                            "stride_wn_u": "i32", "stride_om": "i32", "MROWS": "constexpr", "HAS_BIAS": "constexpr",
                            "EVEN_K": "constexpr", "BLOCK_N": "constexpr", "BLOCK_KU": "constexpr",

@@ -437,6 +437,22 @@ round92)  # session 12: memcheck with the wide-GEMV cases (odd K / N, row-major)
   step sanitize_quant 130 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 100
   step check_layer 60 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   ;;
+round93)  # session 14: what feeds decode quant_matmul at M 16..128 -- the subset kernel vs TMA / warp-specialised Triton (experiment) and cuBLAS
+  step feed_limit 400 python3 perf/bench_feed_limit.py --shapes 16,32,64,128 --rounds 3 --out "$OUT/feed_limit.md"
+  ;;
+round94)  # session 14: mla_prolog against its three GEMMs alone on cuBLAS (bf16 matmul / int8 _int_mm), rotated weights
+  step prolog_gemms 300 python3 perf/bench_prolog_gemms.py --T 1,32,128 --modes bf16,a8w8 --rounds 3 --out "$OUT/prolog_gemms.md"
+  ;;
+round95)  # session 14: mla_prolog A8W8 T <= 2 per-kernel times against the down GEMM's split count
+  step probe_prolog_split 200 python3 tests/gpu/probe_prolog_split.py
+  ;;
+round96)  # session 14: mla_prolog's down GEMM on quant_matmul's streaming GEMV at A8W8 T = 1 (down.gemv_max_t 1): CUDA tests, check, memcheck, report rows
+  step pytest_gpu 100 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py -k "gemv_stream_int32 or gpu"
+  step check_mla_prolog 130 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step sanitize_mla 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only mla_prolog --budget-s 120
+  step probe_prolog_split 100 python3 tests/gpu/probe_prolog_split.py
+  step perf_mla 120 python3 -m perf --device cuda --ops mla_prolog --shapes 't*_n128_*' --no-layer --no-dispatch --out "$OUT/perf_mla"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
