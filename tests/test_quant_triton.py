@@ -1474,6 +1474,14 @@ def test_gemv_stream_dp4a_layout_checks_and_compile_cases(monkeypatch):
     # prefetch at M = 2) give MROWS 1..max_m cases each, fused, even / tail K x bf16 / fp16, with the bucket's tile
     # (BLOCK_K in int32 words under dp4a), every name unique (the bucket's max_m and N range in it)
     gs = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_gemv_kernel]
+    # gemv_stream_int32's case (mla_prolog's A8W8 T = 1 down GEMM): the narrow M = 1 bucket, [w | w2], int32 sums
+    two = [c for c in gs if c["name"].endswith("_two_w_int32")]
+    gs = [c for c in gs if not c["name"].endswith("_two_w_int32")]
+    assert [c["name"] for c in two] == ["quant_matmul_gemv_stream_m1_n0-2560_r1_two_w_int32"]
+    ce = two[0]["constexprs"]
+    assert ce["TWO_W"] and ce["PARTIALS"] and not ce["REDUCE"] and not ce["HAS_BIAS"] and ce["MROWS"] == 1
+    assert two[0]["signature"]["out_ptr"] == two[0]["signature"]["part_ptr"] == "*i32"
+    assert all(not c["constexprs"]["TWO_W"] for c in gs)
     assert all(b["split_k"] == 1 and b["dp4a"] for b in _GEMV_ALL) and _GEMV_MAX_M == 2
     assert len(gs) == (1 + 2) * 2 * 2 * 2
     for b in _GEMV_ALL:
@@ -1520,7 +1528,9 @@ def test_gemv_stream_compile_case_names_carry_the_buckets_max_m(monkeypatch):
               dict(_gs(4, 1024), max_m=4, max_n=2560)]
     monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
     gs = [c["name"] for c in T.compile_cases("cuda") if c["fn"] is T._qmm_gemv_kernel]
-    assert len(gs) == len(set(gs)) == 4 * (1 + 2 + 4)   # M 1..max_m x even/tail x bf16/fp16, one split
+    assert sum(n.endswith("_two_w_int32") for n in gs) == 1 and len(gs) == len(set(gs))   # the M = 1 bucket's
+    gs = [n for n in gs if not n.endswith("_two_w_int32")]
+    assert len(gs) == 4 * (1 + 2 + 4)   # M 1..max_m x even/tail x bf16/fp16, one split
     assert any(n.startswith("quant_matmul_gemv_stream_m1_n0-2560_r1_") for n in gs)
     assert any(n.startswith("quant_matmul_gemv_stream_m2_n0-2560_r1_") for n in gs)
     assert any(n.startswith("quant_matmul_gemv_stream_m2_n0-2560_r2_") for n in gs)

@@ -11,7 +11,9 @@ its weights once with enough programs to fill the device:
 1. :func:`_down_kernel` — ``x @ [W_DQ ‖ W_DKV_KR]`` in ONE launch: column tiles below ``cdiv(Hcq, BLOCK_N)``
    read W_DQ, the rest W_DKV_KR (a tile never straddles both). Split-K over He so that T = 1 still has
    ≥ 2 programs per SM; partial sums go to a workspace ``[SPLIT_K, T, Hcq + Hckv + Dr]`` (fp32, or exact
-   int32 for A8W8) with plain stores (no atomics: deterministic).
+   int32 for A8W8) with plain stores (no atomics: deterministic). CUDA, full A8W8 at T ≤ ``down.gemv_max_t``
+   (1): ``quant_matmul``'s streaming GEMV over both weights instead (:func:`ops.triton.quant.gemv_stream_int32`,
+   one launch, unsplit sums; K-major weights of equal strides, else this kernel).
 2. :func:`_row_kernel` — one program per token: adds the split-K partials in a fixed order, applies the
    A8W8 dequant (``acc · w_scale[col] · x_scale[t]``), rounds ``cq`` and ``[ckv ‖ kr]`` to the activation
    dtype (the reference's rounding points), then RmsNorm(cq) → ``cqn`` (dt; or × smooth → per-token int8

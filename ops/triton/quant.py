@@ -1471,6 +1471,8 @@ def _gemv_stream_cases(b: dict, table: str) -> list[dict]:
                               PREFETCH=bool(b.get("prefetch", False)))
                     sig["PDL"] = "constexpr"
                     ce["PDL"] = bool(b.get("pdl", False)) and table == "cuda"
+                    sig["TWO_W"] = "constexpr"   # [w | w2] (gemv_stream_int32, mla_prolog's down GEMM): cases below
+                    ce["TWO_W"] = False
                     if mrows == 1:   # a launch with M = 1 specialises M to the constant 1 (M is not do_not_specialize)
                         sig["M"] = "constexpr"
                         ce = dict(ce, M=1)
@@ -1481,6 +1483,13 @@ def _gemv_stream_cases(b: dict, table: str) -> list[dict]:
                                            f"{'even' if even else 'tail'}_{out[1:]}",
                                       fn=_qmm_gemv_kernel, signature=sig, constexprs=ce,
                                       num_warps=int(b["num_warps"]), num_stages=int(b.get("num_stages", 1))))
+    if table == "cuda" and int(b["max_m"]) == 1 and "max_n" in b:
+        # gemv_stream_int32 (mla_prolog's A8W8 T = 1 down GEMM): [W_DQ | W_DKV_KR], int32 sums into part, no epilogue
+        c = next(c for c in cases if c["constexprs"]["MROWS"] == 1 and c["constexprs"]["EVEN_K"])
+        sig = dict(c["signature"], out_ptr="*i32", part_ptr="*i32", cnt_ptr="*i32")
+        ce = dict(c["constexprs"], HAS_BIAS=False, PARTIALS=True, REDUCE=False, TWO_W=True)
+        cases.append(dict(c, name=c["name"].rsplit("_fused", 1)[0].rsplit("_splitk", 1)[0] + "_two_w_int32",
+                          signature=sig, constexprs=ce))
     return cases
 
 
