@@ -453,6 +453,11 @@ round96)  # session 14: mla_prolog's down GEMM on quant_matmul's streaming GEMV 
   step probe_prolog_split 100 python3 tests/gpu/probe_prolog_split.py
   step perf_mla 120 python3 -m perf --device cuda --ops mla_prolog --shapes 't*_n128_*' --no-layer --no-dispatch --out "$OUT/perf_mla"
   ;;
+round97)  # session 14: the GEMV kernel's new arguments (w2_ptr, N1, TWO_W) on the quant_matmul paths, and the layer with the A8W8 T = 1 GEMV down
+  step check_quant_gating 130 python3 tests/gpu/check_quant_gating.py --quick --out "$OUT/check_quant_gating_report.txt"
+  step sanitize_quant 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 120
+  step check_layer 80 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
