@@ -29,13 +29,13 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from ops.triton import quant as TQ  # noqa: E402
+from perf.bench_pdl_ab import _inputs  # noqa: E402  (rotated K-major weight sets past 2× L2)
 from perf.peaks import copy_tbs  # noqa: E402
 from perf.report import print_and_write_lines  # noqa: E402
 from perf.timers import median_graph_us  # noqa: E402
 from reference import quant as RQ  # noqa: E402
 
 K, N = 7168, 2112          # qkv_a (W_DQ ‖ W_DKV_KR); the floor shape of issue 4
-L2_BYTES = 50 * 2**20
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps): one wave or less at M 16–128 on 132 SMs
 TMA_TILES = [(64, 16, 256, 6, 4), (64, 32, 256, 5, 4), (64, 32, 128, 8, 4), (64, 64, 256, 4, 4),
              (128, 32, 256, 4, 8), (128, 64, 128, 4, 8)]
@@ -88,16 +88,6 @@ def _tma_call(tile, ws_flag: bool):
     return f
 
 
-def _inputs(M: int, dev: torch.device, g: torch.Generator):
-    ncopies = max(2, min(16, -(-2 * L2_BYTES // (K * N)) + 1))
-    sets = []
-    for _ in range(ncopies):
-        w = RQ.pack_weight(torch.randint(-127, 128, (K, N), generator=g, device=dev, dtype=torch.int8), "cuda")
-        x = torch.randint(-127, 128, (M, K), generator=g, device=dev, dtype=torch.int8)
-        sets.append((x, w, torch.rand(N, generator=g, device=dev) * 1e-4, torch.rand(M, generator=g, device=dev) * 1e-2))
-    return sets
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="16,32,64,128", help="token counts M (K 7168, N 2112)")
@@ -131,7 +121,7 @@ def main() -> int:
     bad = 0
     for m in a.shapes.split(","):
         M = int(m)
-        sets = _inputs(M, dev, g)
+        sets = _inputs(M, K, N, dev, g)
         x, w, ws, xs = sets[0]
         ref = RQ.quant_matmul(x.cpu(), w.cpu(), ws.cpu(), xs.cpu())
         exact = RQ.int8_matmul_exact(x.cpu(), w.cpu())
