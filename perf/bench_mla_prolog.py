@@ -215,8 +215,9 @@ def check_correct(inp: dict) -> str:
 def bench(mode: str, T: int, N: int, cbw: float, sweep: bool, rows: list, sweep_rows: list, warm: bool) -> None:
     inp = make(mode, T, N)
     wb = weight_bytes(inp)
+    gemv = K.down_uses_gemv(inp["token_x"], inp["weight_dq"], inp["weight_dkv_kr"], 512, 64)
     p = K.plan(T, 7168, 1536, N, 128, 64, 512, torch.device("cuda"), int8_down=mode == "a8w8",
-               int8_query=mode == "a8w8")
+               int8_query=mode == "a8w8", gemv=gemv)
     cands = [("json", None)]
     if sweep:
         cands += [(f"{k} {ov}", {k: ov}) for k, ov in sweep_candidates(T, mode)]
@@ -256,7 +257,7 @@ def bench(mode: str, T: int, N: int, cbw: float, sweep: bool, rows: list, sweep_
         query_col = kbw('_query_kernel', w_query)
     rows.append(f"| {mode} | {T} | {N} | {wb / 1e6:.1f} | **{us:.1f}** | {gbs:.0f} | **{100 * gbs * 1e9 / cbw:.0f}%** | "
                 f"{eager_ms * 1e3:.1f} | {ref_ms * 1e3:.0f} | {ref_ms * 1e3 / us:.0f}× | "
-                f"{kbw('_down_kernel', w_down)} | {row_col} | {query_col} | split_k {p['down']['SPLIT_K']}, grids {p['down']['grid']}/"
+                f"{kbw('_down_kernel', w_down)} | {row_col} | {query_col} | {'GEMV (quant_matmul)' if gemv else 'split_k ' + str(p['down']['SPLIT_K'])}, grids {p['down']['grid'] or 'gemv'}/"
                 f"{p['row']['grid']}/{p['query']['grid']} | {verdict} |")
     log(rows[-1])
 

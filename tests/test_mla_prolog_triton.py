@@ -960,4 +960,16 @@ def test_down_gemv_only_where_it_applies(down_gemv):
     odd["weight_dkv_kr"] = torch.empty_strided(odd["weight_dkv_kr"].shape, (1, 72), dtype=torch.int8,
                                                device=DEV).copy_(packed["weight_dkv_kr"])   # other strides
     assert odd["weight_dkv_kr"].stride() == (1, 72) and not gemv_used(odd)
+    # a "down" override selects the down kernel (a sweep of its split_k times it), unless it names gemv_max_t
+    assert not gemv_used(packed, overrides={"down": {"split_k": 2}})
+    assert gemv_used(packed, overrides={"down": {"split_k": 2, "gemv_max_t": 1}})
+    assert gemv_used(packed, overrides={"query": {"num_stages": 2}})
+    # down_uses_gemv says which plan launches: plan(gemv=True) is unsplit, its grid left to quant_matmul's plan
+    args = (packed["token_x"], packed["weight_dq"], packed["weight_dkv_kr"], 512, 64)
+    assert K.down_uses_gemv(*args) and not K.down_uses_gemv(*args, overrides={"down": {"split_k": 2}})
+    assert not K.down_uses_gemv(*args, backend_key="ascend") and not K.down_uses_gemv(packed["token_x"][:0], *args[1:])
+    p = K.plan(1, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda", int8_down=True, int8_query=True,
+               gemv=True)
+    assert p["down"]["GEMV"] and p["down"]["SPLIT_K"] == 1 and p["down"]["grid"] == 0
+    assert not K.plan(1, 64, 96, 2, 128, 64, 512, torch.device(DEV), backend_key="cuda", int8_down=True)["down"]["GEMV"]
     compare(odd, views={"weight_dkv_kr": odd["weight_dkv_kr"]})   # the fallback is still right

@@ -1398,8 +1398,9 @@ def test_gemv_stream_int32_two_weights_exact(M, K, N1, N2, bn, bk, ppc, pf, gen)
 
 @_host
 def test_gemv_stream_int32_ok_rejects_what_it_cannot_read():
-    """gemv_stream_int32_ok: K-major int8 weights of equal strides, the first one's width a multiple of BLOCK_N,
-    int32-word alignment where the plan asks for dp4a; gemv_stream_plan is None off CUDA and for M > 4."""
+    """gemv_stream_int32_ok: one or two K-major int8 weights of equal strides, the first one's width a multiple of
+    BLOCK_N (a misaligned weight is fine: the launch drops dp4a there); gemv_stream_plan is None off CUDA and for
+    M > 4."""
     K = 256
     x = torch.zeros((1, K), dtype=torch.int8)
     a, b = (R.pack_weight(torch.zeros((K, n), dtype=torch.int8), "cuda") for n in (16, 8))
@@ -1410,9 +1411,9 @@ def test_gemv_stream_int32_ok_rejects_what_it_cannot_read():
                                                            "cuda")[:K]), plan)                       # other strides
     assert not T.gemv_stream_int32_ok(x, (a, b), dict(plan, BLOCK_N=32))                             # 16 % 32
     assert not T.gemv_stream_int32_ok(x, (a.float(), b), plan)                                       # not int8
+    assert not T.gemv_stream_int32_ok(x, (), plan) and not T.gemv_stream_int32_ok(x, (a, b, b), plan)
     odd = torch.zeros((16 * (K + 1) + 1,), dtype=torch.int8)[1:].view(16, K + 1)[:, :K].t()        # misaligned
-    assert odd.stride() == (1, K + 1) and not T.gemv_stream_int32_ok(x, (odd,), plan)
-    assert T.gemv_stream_int32_ok(x, (odd,), dict(plan, dp4a=False))
+    assert odd.stride() == (1, K + 1) and T.gemv_stream_int32_ok(x, (odd,), plan)
     assert T.gemv_stream_plan(1, 2112, 7168, torch.device("cpu")) is None
     if torch.cuda.is_available():
         dev = torch.device("cuda")
@@ -1423,17 +1424,19 @@ def test_gemv_stream_int32_ok_rejects_what_it_cannot_read():
 
 @_gpu
 def test_gemv_stream_int32_cuda_deepseek_down_shape():
-    """On CUDA with the table's plan (dp4a): x [1, 7168] @ [W_DQ (7168 × 1536) | W_DKV_KR (7168 × 576)], exact."""
+    """On CUDA with the table's plan (dp4a): x [1, 7168] @ [W_DQ (7168 × 1536) | W_DKV_KR (7168 × 576)], exact; and
+    at K 1002 (not a multiple of 4), where the launch drops dp4a and loads int8."""
     g = torch.Generator().manual_seed(14)
     dev = torch.device("cuda")
-    x = torch.randint(-127, 128, (1, 7168), generator=g, dtype=torch.int8)
-    w = [R.pack_weight(torch.randint(-127, 128, (7168, n), generator=g, dtype=torch.int8), "cuda") for n in (1536, 576)]
-    plan = T.gemv_stream_plan(1, 2112, 7168, dev)
-    xd, wd = x.to(dev), tuple(t.t().contiguous().t().to(dev) for t in w)
-    assert plan is not None and plan.get("dp4a") and T.gemv_stream_int32_ok(xd, wd, plan)
-    part = torch.full((1, 2112), -1, dtype=torch.int32, device=dev)
-    T.gemv_stream_int32(xd, wd, part, plan)
-    assert torch.equal(part.cpu(), R.int8_matmul_exact(x, torch.cat(w, 1)))
+    for K in (7168, 1002):
+        x = torch.randint(-127, 128, (1, K), generator=g, dtype=torch.int8)
+        w = [R.pack_weight(torch.randint(-127, 128, (K, n), generator=g, dtype=torch.int8), "cuda") for n in (1536, 576)]
+        plan = T.gemv_stream_plan(1, 2112, K, dev)
+        xd, wd = x.to(dev), tuple(t.t().contiguous().t().to(dev) for t in w)
+        assert plan is not None and plan.get("dp4a") and T.gemv_stream_int32_ok(xd, wd, plan)
+        part = torch.full((1, 2112), -1, dtype=torch.int32, device=dev)
+        T.gemv_stream_int32(xd, wd, part, plan)
+        assert torch.equal(part.cpu(), R.int8_matmul_exact(x, torch.cat(w, 1))), K
 
 
 @settings(max_examples=6)
@@ -1475,12 +1478,13 @@ def test_gemv_stream_dp4a_layout_checks_and_compile_cases(monkeypatch):
     # (BLOCK_K in int32 words under dp4a), every name unique (the bucket's max_m and N range in it)
     gs = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_gemv_kernel]
     # gemv_stream_int32's case (mla_prolog's A8W8 T = 1 down GEMM): the narrow M = 1 bucket, [w | w2], int32 sums
-    two = [c for c in gs if c["name"].endswith("_two_w_int32")]
-    gs = [c for c in gs if not c["name"].endswith("_two_w_int32")]
-    assert [c["name"] for c in two] == ["quant_matmul_gemv_stream_m1_n0-2560_r1_two_w_int32"]
-    ce = two[0]["constexprs"]
-    assert ce["TWO_W"] and ce["PARTIALS"] and not ce["REDUCE"] and not ce["HAS_BIAS"] and ce["MROWS"] == 1
-    assert two[0]["signature"]["out_ptr"] == two[0]["signature"]["part_ptr"] == "*i32"
+    two = [c for c in gs if "_two_w_int32" in c["name"]]
+    gs = [c for c in gs if "_two_w_int32" not in c["name"]]
+    assert [c["name"] for c in two] == [f"quant_matmul_gemv_stream_m1_n0-2560_r1_two_w_int32_{k}" for k in ("even", "tail")]
+    for c, even in zip(two, (True, False)):
+        ce = c["constexprs"]
+        assert ce["TWO_W"] and ce["PARTIALS"] and not ce["REDUCE"] and not ce["HAS_BIAS"] and ce["MROWS"] == 1
+        assert ce["EVEN_K"] is even and c["signature"]["out_ptr"] == c["signature"]["part_ptr"] == "*i32"
     assert all(not c["constexprs"]["TWO_W"] for c in gs)
     assert all(b["split_k"] == 1 and b["dp4a"] for b in _GEMV_ALL) and _GEMV_MAX_M == 2
     assert len(gs) == (1 + 2) * 2 * 2 * 2
@@ -1528,8 +1532,8 @@ def test_gemv_stream_compile_case_names_carry_the_buckets_max_m(monkeypatch):
               dict(_gs(4, 1024), max_m=4, max_n=2560)]
     monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
     gs = [c["name"] for c in T.compile_cases("cuda") if c["fn"] is T._qmm_gemv_kernel]
-    assert sum(n.endswith("_two_w_int32") for n in gs) == 1 and len(gs) == len(set(gs))   # the M = 1 bucket's
-    gs = [n for n in gs if not n.endswith("_two_w_int32")]
+    assert sum("_two_w_int32" in n for n in gs) == 2 and len(gs) == len(set(gs))   # the M = 1 bucket's
+    gs = [n for n in gs if "_two_w_int32" not in n]
     assert len(gs) == 4 * (1 + 2 + 4)   # M 1..max_m x even/tail x bf16/fp16, one split
     assert any(n.startswith("quant_matmul_gemv_stream_m1_n0-2560_r1_") for n in gs)
     assert any(n.startswith("quant_matmul_gemv_stream_m2_n0-2560_r1_") for n in gs)

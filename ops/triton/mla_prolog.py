@@ -13,7 +13,8 @@ its weights once with enough programs to fill the device:
    ≥ 2 programs per SM; partial sums go to a workspace ``[SPLIT_K, T, Hcq + Hckv + Dr]`` (fp32, or exact
    int32 for A8W8) with plain stores (no atomics: deterministic). CUDA, full A8W8 at T ≤ ``down.gemv_max_t``
    (1): ``quant_matmul``'s streaming GEMV over both weights instead (:func:`ops.triton.quant.gemv_stream_int32`,
-   one launch, unsplit sums; K-major weights of equal strides, else this kernel).
+   one launch, unsplit sums) where quant_matmul's table gives that shape an unsplit ``gemv_stream`` bucket and the
+   weights are K-major int8 of equal strides (:func:`down_uses_gemv`); else this kernel.
 2. :func:`_row_kernel` — one program per token: adds the split-K partials in a fixed order, applies the
    A8W8 dequant (``acc · w_scale[col] · x_scale[t]``), rounds ``cq`` and ``[ckv ‖ kr]`` to the activation
    dtype (the reference's rounding points), then RmsNorm(cq) → ``cqn`` (dt; or × smooth → per-token int8
@@ -845,10 +846,11 @@ def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: 
     the element size of the float activation dtype (fp32 operands need more shared memory per stage:
     where the config has ``smem_bytes``, num_stages is lowered until the estimate fits); ``gemv``: the down GEMM
     runs on ``quant_matmul``'s streaming GEMV (:func:`ops.triton.quant.gemv_stream_int32`; the launcher decides it
-    from the config's ``down.gemv_max_t`` and the weights' layout), so the down plan is unsplit (``GEMV`` True).
+    from the config's ``down.gemv_max_t`` and the weights' layout: :func:`down_uses_gemv`), so the down plan is
+    unsplit (``GEMV`` True; its ``grid`` is then 0: the GEMV takes quant_matmul's plan and grid).
     Returns a new dict {down, row, query: per-kernel dicts; backend_key} (the caller may change it); plans
-    without overrides are memoised per (shapes, int8 flags, config table, core count, act_bytes) — everything
-    they depend on.
+    without overrides are memoised per (shapes, int8 flags, config table, core count, act_bytes, gemv) —
+    everything they depend on.
     Raises ValueError if the "row" / "query" section of the table (or one of its buckets) or of ``overrides``
     names a removed key (prefetch_uk, prefetch_tail, …, k_split, early_uk, …: ``_REMOVED_KEYS``), or if the
     row config's ``parts`` is not 1 or 2; KeyError for a backend_key that is not a table of
@@ -917,7 +919,7 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     d.update(SPLIT_K=sk, K_PER_SPLIT=k_per, EVEN_K=(He % k_per == 0 and k_per % bk == 0),
              grid=_grid(tiles * sk, int(dc.get("grid_cap", 0))), GEMV=bool(gemv))
     if gemv:   # quant_matmul's streaming GEMV writes the unsplit int32 sums: the row kernels read one partial
-        d.update(SPLIT_K=1, K_PER_SPLIT=He, EVEN_K=True)
+        d.update(SPLIT_K=1, K_PER_SPLIT=He, EVEN_K=True, grid=0)
     smem = int(cfg.get("smem_bytes", 0))
     eb = 1 if int8_down else act_bytes
     d["num_stages"] = _fit_stages(int(d.get("num_stages", 1)), (bm * bk + bk * bn) * eb, 0, smem)
@@ -1108,19 +1110,36 @@ def mla_prolog(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_uq_qr: tor
 def _down_gemv(key: str, T: int, He: int, CT: int, x: torch.Tensor, weight_dq: torch.Tensor,
                weight_dkv_kr: torch.Tensor, full: bool, overrides: dict | None) -> dict | None:
     """The streaming-GEMV plan for the down GEMM, or None (then :func:`_down_kernel` runs): the "cuda" table, int8
-    token_x (full A8W8), T ≤ its ``down.gemv_max_t`` (default 0: off; overrides may set it), ``quant_matmul``'s
-    table giving the unsplit ``gemv_stream`` bucket for (T, Hcq + Hckv + Dr, He), and weights it can read (K-major
-    int8 of equal strides, :func:`ops.triton.quant.gemv_stream_int32_ok`). Host metadata only (no sync)."""
+    token_x (full A8W8), T ≤ its ``down.gemv_max_t`` (default 0: off), ``quant_matmul``'s table giving the unsplit
+    ``gemv_stream`` bucket for (T, Hcq + Hckv + Dr, He), and weights it can read (K-major int8 of equal strides,
+    :func:`ops.triton.quant.gemv_stream_int32_ok`). ``overrides`` with a "down" entry select the down kernel, so
+    that a sweep of its tiles or split_k times it, unless they name ``gemv_max_t`` themselves. Host metadata only
+    (no sync)."""
     if key != "cuda" or not full:
         return None
     dc = _all_configs()[key]["down"]
-    gmax = int((overrides or {}).get("down", {}).get("gemv_max_t", dc.get("gemv_max_t", 0)))
+    ovd = (overrides or {}).get("down", {})
+    if ovd and "gemv_max_t" not in ovd:
+        return None
+    gmax = int(ovd.get("gemv_max_t", dc.get("gemv_max_t", 0)))
     if T > gmax:
         return None
     gp = _quant.gemv_stream_plan(T, CT, He, x.device)
     if gp is None or not _quant.gemv_stream_int32_ok(x, (weight_dq, weight_dkv_kr), gp):
         return None
     return gp
+
+
+def down_uses_gemv(token_x: torch.Tensor, weight_dq: torch.Tensor, weight_dkv_kr: torch.Tensor, Hckv: int, Dr: int, *,
+                   backend_key: str | None = None, overrides: dict | None = None) -> bool:
+    """Whether :func:`mla_prolog_config` runs the down GEMM on ``quant_matmul``'s streaming GEMV for these operands
+    (token_x [.., He], weight_dq [He, Hcq], weight_dkv_kr [He, Hckv + Dr]; host metadata only): what to pass
+    :func:`plan` as ``gemv`` to get the plan that launches."""
+    T = math.prod(token_x.shape[:-1])
+    key = backend_key or _backend_key(token_x.device)
+    return T > 0 and _down_gemv(key, T, token_x.shape[-1], weight_dq.shape[1] + Hckv + Dr,
+                                token_x.reshape(T, token_x.shape[-1]), weight_dq, weight_dkv_kr,
+                                token_x.dtype == torch.int8, overrides) is not None
 
 
 def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rmsnorm_gamma_cq, rmsnorm_gamma_ckv,

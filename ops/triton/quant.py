@@ -904,7 +904,7 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
     products, so one step of loads stays in flight during the MACs (ptxas does not unroll the int8 loop).
     Exact int32 sums: bit-identical to every other path.
 
-    PDL: as :func:`_qmm_kernel`. TWO_W (CUDA, :func:`gemv_stream_int32`): the weight is two matrices side by side,
+    PDL: as :func:`_qmm_kernel`. TWO_W (:func:`gemv_stream_int32`): the weight is two matrices side by side,
     [w | w2] with w's N1 columns first (same strides, N1 % BLOCK_N == 0, so a tile reads one of them); else w2_ptr
     and N1 are not read."""
     pid = tl.program_id(0)
@@ -1396,14 +1396,11 @@ def gemv_stream_plan(M: int, N: int, K: int, device: torch.device) -> dict | Non
 def gemv_stream_int32_ok(x_int8: torch.Tensor, weights: tuple, plan: dict) -> bool:
     """Whether :func:`gemv_stream_int32` can take these operands with ``plan`` (host metadata only): one or two
     K-major int8 weights ([K, N_i] views with unit K stride) of equal strides, the first one's width a multiple
-    of the plan's BLOCK_N, and the int32-word (dp4a) loads legal for each when the plan asks for them."""
-    w0 = weights[0]
+    of the plan's BLOCK_N. (Where the int32-word loads are not legal, the launch drops dp4a, as quant_matmul's.)"""
     if len(weights) not in (1, 2) or any(w.dtype != torch.int8 or w.stride(0) != 1 for w in weights):
         return False
-    if len(weights) == 2 and (weights[1].stride() != w0.stride() or w0.shape[1] % int(plan["BLOCK_N"])):
-        return False
-    bk = int(plan["BLOCK_K"])
-    return not plan.get("dp4a", False) or all(_gemv_stream_dp4a_ok(x_int8, w, bk) for w in weights)
+    w0 = weights[0]
+    return len(weights) == 1 or (weights[1].stride() == w0.stride() and w0.shape[1] % int(plan["BLOCK_N"]) == 0)
 
 
 def gemv_stream_int32(x_int8: torch.Tensor, weights: tuple, part: torch.Tensor, plan: dict) -> None:
@@ -1413,8 +1410,10 @@ def gemv_stream_int32(x_int8: torch.Tensor, weights: tuple, part: torch.Tensor, 
     the unsplit partial sums).
 
     x_int8 [M, K] int8 (M ≤ 4); weights: one or two int8 [K, N_i] (K-major, equal strides); part [M, ΣN_i] int32,
-    contiguous; plan: :func:`gemv_stream_plan` (M, ΣN_i, K) on CUDA (tests pass a bucket without dp4a to run it
-    under the interpreter). The caller checks :func:`gemv_stream_int32_ok` first (nothing is validated here)."""
+    contiguous; plan: :func:`gemv_stream_plan` (M, ΣN_i, K) on CUDA (tests pass such a bucket to run it under the
+    interpreter). dp4a (the plan's) only where the int32-word loads are legal for x and both weights (K % 4 == 0,
+    4-byte aligned bases and strides), else int8 loads. The caller checks :func:`gemv_stream_int32_ok` first
+    (nothing is validated here)."""
     M, K = x_int8.shape
     w0 = weights[0]
     w1 = weights[-1]
@@ -1423,10 +1422,11 @@ def gemv_stream_int32(x_int8: torch.Tensor, weights: tuple, part: torch.Tensor, 
     bn, bk = int(plan["BLOCK_N"]), int(plan["BLOCK_K"])
     if x_int8.stride(1) != 1 and K > 1:
         x_int8 = x_int8.contiguous()
-    dp4a = bool(plan.get("dp4a", False))
+    dev = part.device
+    dp4a = bool(plan.get("dp4a", False)) and dev.type == "cuda" and all(
+        _gemv_stream_dp4a_ok(x_int8, w, bk) for w in weights)
     u = 4 if dp4a else 1
     n_items = _cdiv(N, bn)
-    dev = part.device
     sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device()) if dev.type == "cuda" else 20
     grid = _grid(n_items, sms * int(plan.get("programs_per_sm", 4)))
     grid = _cdiv(n_items, _cdiv(n_items, grid))   # every program gets work
@@ -1485,11 +1485,12 @@ def _gemv_stream_cases(b: dict, table: str) -> list[dict]:
                                       num_warps=int(b["num_warps"]), num_stages=int(b.get("num_stages", 1))))
     if table == "cuda" and int(b["max_m"]) == 1 and "max_n" in b:
         # gemv_stream_int32 (mla_prolog's A8W8 T = 1 down GEMM): [W_DQ | W_DKV_KR], int32 sums into part, no epilogue
-        c = next(c for c in cases if c["constexprs"]["MROWS"] == 1 and c["constexprs"]["EVEN_K"])
-        sig = dict(c["signature"], out_ptr="*i32", part_ptr="*i32", cnt_ptr="*i32")
-        ce = dict(c["constexprs"], HAS_BIAS=False, PARTIALS=True, REDUCE=False, TWO_W=True)
-        cases.append(dict(c, name=c["name"].rsplit("_fused", 1)[0].rsplit("_splitk", 1)[0] + "_two_w_int32",
-                          signature=sig, constexprs=ce))
+        for even in (True, False):
+            c = next(c for c in cases if c["constexprs"]["MROWS"] == 1 and c["constexprs"]["EVEN_K"] is even)
+            sig = dict(c["signature"], out_ptr="*i32", part_ptr="*i32", cnt_ptr="*i32")
+            ce = dict(c["constexprs"], HAS_BIAS=False, PARTIALS=True, REDUCE=False, TWO_W=True)
+            cases.append(dict(c, name=c["name"].rsplit("_fused", 1)[0].rsplit("_splitk", 1)[0] +
+                              f"_two_w_int32_{'even' if even else 'tail'}", signature=sig, constexprs=ce))
     return cases
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Probe (session 14): how the A8W8 T ≤ 2 mla_prolog launches depend on the down GEMM's split count. Prints the
-per-kernel device µs (torch.profiler, eager, rotated weights) and the graph-replayed call for down split_k
-1 / 2 / 4 / 8 (the table's "auto" gives 8 at T = 1), so the fused row + query launch's share of the partial sums
-is seen apart from the down GEMM. Usage: python3 tests/gpu/probe_prolog_split.py"""
+per-kernel device µs (torch.profiler, eager, rotated weights) and the graph-replayed call for the down kernel at
+split_k 1 / 2 / 4 / 8 (a "down" override selects the down kernel), so the fused row + query launch's share of the
+partial sums is seen apart from the down GEMM. "table": as shipped (since session 14 the streaming GEMV at
+T = 1, whose time the profile lists as the down GEMM's). Usage: python3 tests/gpu/probe_prolog_split.py"""
 import os
 import sys
 
