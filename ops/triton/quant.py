@@ -904,7 +904,8 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
     products, so one step of loads stays in flight during the MACs (ptxas does not unroll the int8 loop).
     Exact int32 sums: bit-identical to every other path.
 
-    PDL: as :func:`_qmm_kernel`. TWO_W (:func:`gemv_stream_int32`): the weight is two matrices side by side,
+    PDL: as :func:`_qmm_kernel`. TWO_W (:func:`gemv_stream_int32`; CUDA and the interpreter, not Ascend, whose
+    triton-adapter cannot follow a pointer chosen at run time): the weight is two matrices side by side,
     [w | w2] with w's N1 columns first (same strides, N1 % BLOCK_N == 0, so a tile reads one of them); else w2_ptr
     and N1 are not read."""
     pid = tl.program_id(0)
