@@ -458,6 +458,11 @@ round97)  # session 14: the GEMV kernel's new arguments (w2_ptr, N1, TWO_W) on t
   step sanitize_quant 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 python3 tests/gpu/sanitize.py --only quant_matmul --budget-s 120
   step check_layer 80 python3 tests/gpu/check_layer.py --out "$OUT/check_layer_report.txt"
   ;;
+round98)  # session 14, after the review: gemv_stream_int32 dropping dp4a where illegal, 'down' overrides selecting the down kernel; CUDA tests and the mla_prolog check
+  step pytest_gpu 100 python3 -m pytest -q -p no:cacheprovider tests/test_quant_triton.py -k "gemv_stream_int32 or gpu"
+  step check_mla_prolog 130 python3 tests/gpu/check_mla_prolog.py --out "$OUT" --budget_s 30 --warm_timeout_s 40
+  step probe_prolog_split 100 python3 tests/gpu/probe_prolog_split.py
+  ;;
 round68)  # session 10: amla with PDL on both launches (table pdl true in the working tree): A/B, then the AMLA check on it
   step amla_pdl 150 python3 perf/bench_amla_pdl.py --rounds 3 --out "$OUT/amla_pdl.md"
   step check_amla 150 python3 tests/gpu/check_amla.py --sweep 4 --out "$OUT/check_amla_report.txt"
