@@ -1341,6 +1341,22 @@ def _gemv_stream_dp4a_ok(x_int8: torch.Tensor, weight_int8: torch.Tensor, bk: in
             and (M == 1 or x_int8.stride(0) % 4 == 0))
 
 
+def _gemv_grid_launch(plan: dict, n_items: int, dev: torch.device) -> tuple[int, dict]:
+    """(grid, launch options) of a streaming-GEMV launch over ``n_items`` work items: SMs × the plan's
+    ``programs_per_sm`` (default 4; 20 "SMs" off CUDA) programs at most, each with work; num_warps, and num_stages
+    on CUDA."""
+    if dev.type == "cuda":
+        sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device())
+    else:
+        sms = 20
+    grid = _grid(n_items, sms * int(plan.get("programs_per_sm", 4)))
+    grid = _cdiv(n_items, _cdiv(n_items, grid))   # every program gets work
+    launch = dict(num_warps=int(plan["num_warps"]))
+    if dev.type == "cuda":
+        launch["num_stages"] = int(plan.get("num_stages", 1))
+    return grid, launch
+
+
 def _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, plan: dict, cfg: dict,
                         dev: torch.device) -> torch.Tensor:
     """``mma: "gemv_stream"`` (M ≤ 4): :func:`_qmm_gemv_kernel` on a grid of SMs × ``programs_per_sm``
@@ -1359,19 +1375,10 @@ def _launch_gemv_stream(x_int8, weight_int8, weight_scale, x_scale, bias, out, p
     dp4a = bool(plan.get("dp4a", False)) and dev.type == "cuda" and _gemv_stream_dp4a_ok(x_int8, weight_int8, bk)
     u = 4 if dp4a else 1
     tiles = _cdiv(N, bn)
-    n_items = tiles * sk
-    if dev.type == "cuda":
-        sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device())
-    else:
-        sms = 20
-    grid = _grid(n_items, sms * int(plan.get("programs_per_sm", 4)))
-    grid = _cdiv(n_items, _cdiv(n_items, grid))   # every program gets work
+    grid, launch = _gemv_grid_launch(plan, tiles * sk, dev)
     has_bias = bias is not None
     bias_arg = bias if has_bias else weight_scale
     part, reduce, cnt = _split_k_buffers(plan, sk, tiles, out, dev)
-    launch = dict(num_warps=int(plan["num_warps"]))
-    if dev.type == "cuda":
-        launch["num_stages"] = int(plan.get("num_stages", 1))
     launch.update(pdl_kwargs(dev, bool(plan.get("pdl", False))))
     _qmm_gemv_kernel[(grid,)](x_int8, weight_int8, weight_scale, x_scale, bias_arg, out, part, cnt, weight_int8, 0,
                               M, N, K // u, k_per // u, sk,
@@ -1427,14 +1434,8 @@ def gemv_stream_int32(x_int8: torch.Tensor, weights: tuple, part: torch.Tensor, 
     dp4a = bool(plan.get("dp4a", False)) and dev.type == "cuda" and all(
         _gemv_stream_dp4a_ok(x_int8, w, bk) for w in weights)
     u = 4 if dp4a else 1
-    n_items = _cdiv(N, bn)
-    sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device()) if dev.type == "cuda" else 20
-    grid = _grid(n_items, sms * int(plan.get("programs_per_sm", 4)))
-    grid = _cdiv(n_items, _cdiv(n_items, grid))   # every program gets work
+    grid, launch = _gemv_grid_launch(plan, _cdiv(N, bn), dev)
     f32 = torch.empty(0, dtype=torch.float32, device=dev)   # the epilogue's pointers: never read
-    launch = dict(num_warps=int(plan["num_warps"]))
-    if dev.type == "cuda":
-        launch["num_stages"] = int(plan.get("num_stages", 1))
     _qmm_gemv_kernel[(grid,)](x_int8, w0, f32, f32, f32, part, part, part, w1, N1,
                               M, N, K // u, K // u, 1,
                               x_int8.stride(0) // u if (M > 1 or x_int8.stride(0) % u == 0) else 0,
