@@ -1,7 +1,8 @@
-"""Loading the compiled Ascend C library (``ascendc/``), when it exists.
+"""The Ascend C backend (``ascendc/``): the CANN-built library on ``npu`` tensors, the CPU twin build on CPU tensors.
 
-The library is built with CANN on an Ascend machine and registers ``TORCH_LIBRARY_IMPL(ds, PrivateUse1)``
-kernels. Nothing here is required: without it, NPU calls go to triton-ascend or the reference.
+On an NPU the library is built with CANN and registers ``TORCH_LIBRARY_IMPL(ds, PrivateUse1)`` kernels. On CPU
+tensors the same kernels and host tiling run through the twin (ascendc/twin/), built once with g++.
+Nothing here is required: without either, ``auto`` runs triton-ascend or the reference.
 """
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import functools
 import os
 
 
-@functools.lru_cache(maxsize=1)
-def unavailable_reason() -> str | None:
-    """None if the Ascend C library is loaded, else why not."""
+@functools.lru_cache(maxsize=None)
+def unavailable_reason(device_type: str = "npu") -> str | None:
+    """None if the Ascend C kernels can run on ``device_type`` tensors in this process, else why not."""
+    if device_type == "cpu":
+        return "the Ascend C CPU twin is not built (ascendc/ has no kernels yet)"
     try:
         import torch_npu  # noqa: F401
     except Exception as e:

@@ -198,6 +198,7 @@ class OpSpec:
 
 
 SPECS: dict[str, OpSpec] = {}
+OPS: dict[str, "DsOp"] = {}     # every registered op by name (tests and perf list backends from its kernels)
 _LIB = torch.library.Library("ds", "FRAGMENT")
 
 
@@ -250,7 +251,7 @@ def _unavailable_reason(k: Kernel, device_type: str) -> str | None:
             return "Triton runs on CPU tensors only under TRITON_INTERPRET=1"
     if k.backend == "ascendc":
         from . import _ascendc
-        r = _ascendc.unavailable_reason()
+        r = _ascendc.unavailable_reason(device_type)
         if r:
             return r
     return None
@@ -283,6 +284,7 @@ class DsOp:
                         f"{inspect.cleandoc(reference.__doc__ or '')}")
         self.__signature__ = self.signature     # inspect.signature / help() / IDEs show the op's arguments
         self.spec = spec
+        OPS[name] = self
         if spec is not None:
             SPECS[name] = spec
 

@@ -1,0 +1,107 @@
+"""The backends a correctness test runs on, as pytest parameters.
+
+Every op's correctness suite is parametrised over :func:`backends_for`, so a new backend (the Ascend C kernels
+through the CPU twin, say) is tested by the existing suites with no new test code:
+
+    @pytest.mark.parametrize("be", backends_for("amla"))
+    def test_something(be, gen):
+        inputs = make_inputs(..., dtype=be.dtype(torch.bfloat16), device=be.device)
+        with be.active():
+            out = ops.amla.amla(**inputs)
+
+A backend that cannot run in this process is a *skipped* parameter with the reason, never a silent absence:
+``triton`` runs for real on CUDA (marked ``gpu``) and under ``TRITON_INTERPRET=1`` on CPU tensors (marked
+``interpreter``); ``ascendc`` runs on CPU tensors through the twin build (marked ``ascendc``).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Iterator
+
+import pytest
+import torch
+
+import ops
+from ops import _library
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """One way of running the ops: ``name`` is the ``ops.backend`` switch value, ``device`` the tensors' device."""
+
+    name: str                 # "reference" | "triton" | "ascendc"
+    device: str               # "cpu" | "cuda"
+    interpreted: bool = False  # Triton under TRITON_INTERPRET=1
+
+    @property
+    def id(self) -> str:
+        if self.name == "triton":
+            return "triton-interp" if self.interpreted else f"triton-{self.device}"
+        if self.name == "ascendc":
+            return "ascendc-twin" if self.device == "cpu" else "ascendc-npu"
+        return self.name if self.device == "cpu" else f"{self.name}-{self.device}"
+
+    def __str__(self) -> str:
+        return self.id
+
+    def dtype(self, want: torch.dtype) -> torch.dtype:
+        """The dtype to test ``want`` with: the Triton interpreter computes bf16 ``tl.dot`` wrongly, so it
+        tests fp16 in place of bf16 (bf16 runs on the GPU)."""
+        if self.interpreted and want == torch.bfloat16:
+            return torch.float16
+        return want
+
+    def active(self) -> contextlib.AbstractContextManager:
+        """The ``ops.backend`` context that forces this backend."""
+        return ops.backend(self.name)
+
+
+def _op_has_backend(op_name: str, backend: str) -> bool:
+    return any(k.backend == backend for k in _library.OPS[op_name].kernels)
+
+
+def _triton_param(op_name: str):
+    if torch.cuda.is_available():
+        return pytest.param(Backend("triton", "cuda"), id="triton-cuda", marks=pytest.mark.gpu)
+    b = Backend("triton", "cpu", interpreted=True)
+    why = _library.triton_available()
+    if why is None and not _library.triton_interpret():
+        why = "Triton runs on CPU tensors only under TRITON_INTERPRET=1 (set it before starting Python)"
+    marks = [pytest.mark.interpreter]
+    if why:
+        marks.append(pytest.mark.skip(reason=why))
+    return pytest.param(b, id=b.id, marks=marks)
+
+
+def _ascendc_param(op_name: str):
+    from ops import _ascendc
+    b = Backend("ascendc", "cpu")
+    why = _ascendc.unavailable_reason("cpu")
+    marks = [pytest.mark.ascendc]
+    if why:
+        marks.append(pytest.mark.skip(reason=why))
+    return pytest.param(b, id=b.id, marks=marks)
+
+
+def backends_for(op_name: str, *, reference: bool = True) -> list:
+    """pytest params (values: :class:`Backend`) for every backend that has a kernel for ``ds::op_name``:
+    the reference (unless ``reference=False``), Triton, Ascend C; skipped with the reason where this process
+    cannot run one."""
+    out = [pytest.param(Backend("reference", "cpu"), id="reference")] if reference else []
+    if _op_has_backend(op_name, "triton"):
+        out.append(_triton_param(op_name))
+    if _op_has_backend(op_name, "ascendc"):
+        out.append(_ascendc_param(op_name))
+    return out
+
+
+def kernel_backends_for(op_name: str) -> list:
+    """:func:`backends_for` without the reference (tests that compare a kernel with the reference)."""
+    return backends_for(op_name, reference=False)
+
+
+@contextlib.contextmanager
+def on(backend: Backend) -> Iterator[Backend]:
+    with backend.active():
+        yield backend
