@@ -235,7 +235,7 @@ def _median_seconds(fn: Callable[[], object], device: torch.device, reps: int) -
 def copy_tbs(device: str | torch.device, nbytes: int = 1 << 30, reps: int = 20) -> float:
     """Device copy bandwidth in TB/s: ``dst.copy_(src)`` of ``nbytes`` (bf16), bytes read + written over the median
     event-timed call (a kernel copy: the same copy captured in a CUDA graph becomes a copy-engine memcpy node,
-    2.76 against 4.25 TB/s on the H200). The ``hbm_tbs`` ceiling and the bench scripts measure with it."""
+    2.76 against 4.25 TB/s on the H200). The ``hbm_tbs`` ceiling is measured with it."""
     dev = torch.device(device)
     src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=dev).uniform_(-1, 1)
     dst = torch.empty_like(src)
