@@ -344,10 +344,14 @@ def main(argv: Sequence[str] | None = None, *, extra_ops: Sequence[S.OpEntry] = 
     args = parse_args(argv)
     if args.markdown is not None:
         from .markdown import print_markdown
-        return print_markdown(args.markdown)
+        return print_markdown(args.markdown, args.ops, args.backends)
     if args.amla_batch_invariance:
         from .batch_invariance import main as bi_main
-        return bi_main(device=args.device, quick=args.quick, out=args.out)
+        try:
+            return bi_main(device=args.device, quick=args.quick, out=args.out)
+        except RuntimeError as e:
+            print(f"python -m perf --amla-batch-invariance: error: {e}", file=sys.stderr)
+            return 2
     if args.merge:
         from .report import merge_reports
         return merge_reports(args.merge, args.out)
