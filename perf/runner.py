@@ -412,7 +412,7 @@ class Runner:
                 if t.note.startswith("graph capture failed"):
                     self.capture_failed[key] = f"{case.name} {t.note.split(';')[0][len('graph capture failed '):]}"
                 row.update(us_p20=t.p20_us, us_p50=t.p50_us, us_p80=t.p80_us, spread_pct=t.spread_pct,
-                           timer=t.describe() + sets_desc)
+                           timer=t.describe() + sets_desc, samples_us=t.samples_us)   # samples: not a column
                 note = "; ".join(x for x in (pre_note, t.note) if x)
                 if note:
                     row["note"] = "; ".join(x for x in (row.get("note"), note) if x)

@@ -63,6 +63,7 @@ class Timing:
     calls: int = 1        # calls per sample (graph: calls per replay)
     samples: int = 0      # replays / repetitions the quantiles are over
     host_bound: bool = False  # the call syncs the host: events include host time (see HOST_BOUND_SPREAD_PCT)
+    samples_us: list[float] = dataclasses.field(default_factory=list, repr=False)   # µs per call, each sample
 
     @property
     def spread_pct(self) -> float | None:
@@ -162,7 +163,7 @@ def _time_wall(fns, dev, *, reps: int, budget_s: float) -> Timing:
         _sync(dev)
         samples.append((time.perf_counter() - t0) * 1e6)
     q = _quantiles(samples)
-    return Timing(q[0], q[1], q[2], "wall", f"{n} reps", calls=1, samples=n)
+    return Timing(q[0], q[1], q[2], "wall", f"{n} reps", calls=1, samples=n, samples_us=samples)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -306,7 +307,7 @@ def graph_time_us(fns: list[Callable[[], object]], calls: int | None = None, rep
     q = _quantiles(samples)
     if calls < len(fns):
         notes.append(f"{calls} of {len(fns)} input sets per replay")
-    return Timing(q[0], q[1], q[2], "cudagraph", "; ".join(notes), calls=calls, samples=replays)
+    return Timing(q[0], q[1], q[2], "cudagraph", "; ".join(notes), calls=calls, samples=replays, samples_us=samples)
 
 
 _FLUSH: dict[int, torch.Tensor] = {}
@@ -356,10 +357,11 @@ def events_time_us(fns: list[Callable[[], object]], *, budget_s: float = 0.5, re
         fns[i % len(fns)]()
         ends[i].record()
     torch.cuda.synchronize()
-    q = _quantiles([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
+    samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    q = _quantiles(samples)
     note = (f"the call syncs the host: events include its host time (spread floor {HOST_BOUND_SPREAD_PCT:g} %)"
             if syncs else "")
-    return Timing(q[0], q[1], q[2], "events", note, calls=1, samples=n, host_bound=syncs)
+    return Timing(q[0], q[1], q[2], "events", note, calls=1, samples=n, host_bound=syncs, samples_us=samples)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -380,8 +382,9 @@ def _time_npu(fns, quick: bool, reps: int | None) -> Timing:  # pragma: no cover
         fns[i % len(fns)]()
         ends[i].record()
     torch.npu.synchronize()
-    q = _quantiles([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
-    return Timing(q[0], q[1], q[2], "npu-events", "512 MiB flush", calls=1, samples=n)
+    samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    q = _quantiles(samples)
+    return Timing(q[0], q[1], q[2], "npu-events", "512 MiB flush", calls=1, samples=n, samples_us=samples)
 
 
 def host_call_us(fn: Callable[[], object], device: str | torch.device, *, budget_s: float = 0.02,
