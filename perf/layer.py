@@ -93,21 +93,19 @@ def _from_hook(device: torch.device, dtype: torch.dtype, mod):
     return (f"{hook.__name__}()", fn, args, kwargs), None
 
 
-def random_layer(device: torch.device, mode: str, *, dense: bool = False):
+def random_layer(device: torch.device, mode: str):
     """A random DeepSeek-V3 decoder layer (layer 0) built through the public loader (ops.weights.load_layer_weights
     with HF-named random bf16 weights), mode "bf16" or "a8w8". Accelerator: DeepSeek-V3 attention dims (He 7168,
-    128 heads, q_lora 1536) and either 32 routed experts (an EP8 shard) + 1 shared, or with ``dense`` the dense MLP
-    of layers 0-2 (intermediate 18432). CPU: a tiny config (He 256, 4 heads, 16 experts or intermediate 320).
+    128 heads, q_lora 1536), 32 routed experts (an EP8 shard) + 1 shared. CPU: a tiny config (He 256, 4 heads,
+    16 routed experts).
     Returns the ``DeepseekV3DecodeLayer``."""
     from ops.deepseek_layer import DeepseekV3DecodeLayer
     from ops.weights import LayerConfig, load_layer_weights
-    first_dense = 1 if dense else 0   # layer 0 is dense iff first_k_dense_replace > 0
     if device.type == "cpu":
         cfg = LayerConfig(hidden_size=256, num_attention_heads=4, q_lora_rank=192, n_routed_experts=16, n_group=4,
-                          topk_group=2, num_experts_per_tok=4, moe_intermediate_size=64, intermediate_size=320,
-                          first_k_dense_replace=first_dense)
+                          topk_group=2, num_experts_per_tok=4, moe_intermediate_size=64, first_k_dense_replace=0)
     else:
-        cfg = LayerConfig(n_routed_experts=32, first_k_dense_replace=first_dense)
+        cfg = LayerConfig(n_routed_experts=32, first_k_dense_replace=0)
     g = torch.Generator(device=device).manual_seed(0)
     He, N, Hcq, Hckv = cfg.hidden_size, cfg.num_attention_heads, cfg.q_lora_rank, cfg.kv_lora_rank
     D, Dr, V, E, I = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.n_routed_experts, \
@@ -125,21 +123,16 @@ def random_layer(device: torch.device, mode: str, *, dense: bool = False):
           p + "self_attn.q_b_proj.weight": w(N * (D + Dr), Hcq),
           p + "self_attn.kv_a_proj_with_mqa.weight": w(Hckv + Dr, He), p + "self_attn.kv_a_layernorm.weight": gamma(Hckv),
           p + "self_attn.kv_b_proj.weight": w(N * (D + V), Hckv), p + "self_attn.o_proj.weight": w(He, N * V)}
-    if dense:
-        Id = cfg.intermediate_size
-        sd.update({p + "mlp.gate_proj.weight": w(Id, He), p + "mlp.up_proj.weight": w(Id, He),
-                   p + "mlp.down_proj.weight": w(He, Id)})
-    else:
-        sd[p + "mlp.gate.weight"] = torch.randn(E, He, generator=g, device=device) * 2.0 / He ** 0.5
-        sd[p + "mlp.gate.e_score_correction_bias"] = 0.1 * torch.randn(E, generator=g, device=device)
-        for e in range(E):
-            sd[p + f"mlp.experts.{e}.gate_proj.weight"] = w(I, He)
-            sd[p + f"mlp.experts.{e}.up_proj.weight"] = w(I, He)
-            sd[p + f"mlp.experts.{e}.down_proj.weight"] = w(He, I)
-        Is = I * cfg.n_shared_experts
-        sd.update({p + "mlp.shared_experts.gate_proj.weight": w(Is, He),
-                   p + "mlp.shared_experts.up_proj.weight": w(Is, He),
-                   p + "mlp.shared_experts.down_proj.weight": w(He, Is)})
+    sd[p + "mlp.gate.weight"] = torch.randn(E, He, generator=g, device=device) * 2.0 / He ** 0.5
+    sd[p + "mlp.gate.e_score_correction_bias"] = 0.1 * torch.randn(E, generator=g, device=device)
+    for e in range(E):
+        sd[p + f"mlp.experts.{e}.gate_proj.weight"] = w(I, He)
+        sd[p + f"mlp.experts.{e}.up_proj.weight"] = w(I, He)
+        sd[p + f"mlp.experts.{e}.down_proj.weight"] = w(He, I)
+    Is = I * cfg.n_shared_experts
+    sd.update({p + "mlp.shared_experts.gate_proj.weight": w(Is, He),
+               p + "mlp.shared_experts.up_proj.weight": w(Is, He),
+               p + "mlp.shared_experts.down_proj.weight": w(He, Is)})
     layer = DeepseekV3DecodeLayer(load_layer_weights(sd, 0, cfg, mode=mode, device=device))
     del sd
     return layer
