@@ -71,11 +71,13 @@ def column_doc(rows: Sequence[dict], cpu: bool, meta: dict) -> dict[str, str]:
         doc["% peak"] = ("the roofline time at the device's datasheet peaks (perf/peaks.py) over the time"
                          + ("; measured CPU rows have none (a CPU has no datasheet peak there)" if cpu else ""))
     doc["% ceil"] = "the roofline time at this machine's measured ceilings over the time" + (
-        f" ({_ceilings_text(meta)}; a CPU has no datasheet peak in perf/peaks.py, so no % peak)"
-        if cpu and not has_peak_column(rows) else "")
+        f" ({_ceilings_text(meta)}; a CPU has no datasheet peak in perf/peaks.py, so no % peak; above 100 when the "
+        "inputs fit in the caches, which are faster than the measured copy)" if cpu and not has_peak_column(rows)
+        else "")
     doc["FLOP/B"] = "FLOPs per byte moved (arithmetic intensity)"
     doc["bound"] = "compute when FLOP/B is at or above the ridge (peak FLOP/s over peak bytes/s), else memory"
     if checked_against_reference(rows):
         doc["check"] = "PASS / FAIL against the reference; golden = the reference row itself"
-    doc["µs ds/eager"] = "wall time per call through torch.ops.ds / the eager helper (host overhead included)"
+    doc["µs ds/eager"] = ("wall time per call through torch.ops.ds / the eager helper (host overhead included; – "
+                          "where one call is too long for host overhead to matter)")
     return doc

@@ -14,7 +14,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H200_REPORT = "docs/perf/h200"
 """The committed H200 report (results.json, summary.md, roofline PNG), relative to the repository root."""
 
-# column order of the CSV/JSON rows (docs/perf/README.md explains each)
+# column order of the CSV/JSON rows (docs/performance.md explains each)
 COLUMNS = [
     "op", "backend", "shape", "shape_dict", "scaled", "dtype", "compute",
     "us_p20", "us_p50", "us_p80", "spread_pct", "timer", "time_kind",
@@ -256,8 +256,8 @@ def merge_reports(dirs: Sequence[str], out: str) -> int:
         if len(vals) > 1 and note not in notes:
             notes.append(note)
     merged = _canonical_order(list(rows.values()))
-    # rows of runs before the host-bound spread floor existed (perf/timers.py HOST_BOUND_SPREAD_PCT): apply it, and
-    # judge the kept re-run checks against the spread now written beside their rows
+    # a host-bound row's spread is at least HOST_BOUND_SPREAD_PCT (perf/timers.py), in every merged part too; the kept
+    # re-run checks are judged against the spread written beside their rows
     from .timers import HOST_BOUND_SPREAD_PCT, rerun_tolerance_pct
     for r in merged:
         if "syncs the host" in str(r.get("note") or "") and r.get("spread_pct") is not None:
@@ -403,11 +403,12 @@ def print_table(rows: Sequence[dict], layer: dict, notes: Sequence[str], meta: d
     for v in layer.get("views", []):
         lt = Table(title=f"layer view: {v['layer']} — {_fmt(v.get('total_us'))} µs per call; the rows split one "
                          f"call ({_fmt(v.get('profiled_us'))} µs, {v.get('time_basis')})")
-        for h in ("op", "calls", "µs", "% of layer", "TFLOPS", "% peak"):
+        peak = any(o.get("pct_peak") is not None for o in v["ops"])
+        for h in ("op", "calls", "µs", "% of layer", "TFLOPS") + (("% peak",) if peak else ()):
             lt.add_column(h)
         for o in v["ops"]:
             lt.add_row(o["op"], _fmt(o["calls"]), _fmt(o["time_us"]), _fmt(o["share_pct"]), _fmt(o["tflops"], 3),
-                       _fmt(o["pct_peak"]))
+                       *((_fmt(o["pct_peak"]),) if peak else ()))
         con.print(lt)
     if layer.get("views"):
         con.print(layer_caption, markup=False, highlight=False)

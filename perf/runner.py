@@ -66,7 +66,7 @@ def _sync(dev: torch.device) -> None:
 
 def roofline_metrics(flops: int, nbytes: int, p50_us: float | None, compute: str, peaks: P.DevicePeaks | None,
                      ceilings: dict) -> dict:
-    """TFLOPS, GB/s, intensity, ridge, bound and the % columns for one timing (see docs/perf/README.md)."""
+    """TFLOPS, GB/s, intensity, ridge, bound and the % columns for one timing (see docs/performance.md)."""
     out: dict[str, Any] = dict(tflops=None, gbps=None, intensity=None, ridge=None, bound=None, pct_peak=None,
                                pct_peak_compute=None, pct_peak_bw=None, pct_achievable=None)
     out["intensity"] = flops / nbytes if nbytes else None
@@ -168,7 +168,7 @@ GOLDEN_DOC = {
               "and the CPU verdict stands",
     "cpu": "the reference run on the CPU (inputs copied there), same input dtypes",
     "upcast": "the reference run on the device with bf16/fp16 inputs up-cast to fp32 (drops the reference's "
-              "rounding to the activation dtype: not DESIGN's contract, a diagnostic)",
+              "rounding to the activation dtype: not the op's contract, a diagnostic)",
 }
 CPU_SECOND_OPINION_MAX_FLOPS = 6e10     # ~1–3 s of the CPU reference on the GPU host
 CPU_SECOND_OPINION_MAX_BYTES = 4 << 30
@@ -283,7 +283,7 @@ class Runner:
 
     def _second_opinion(self, case_state: dict, entry, inputs, mutated, flops, nbytes, out, got_in, orig,
                         chk: str, detail: str) -> tuple[str, str]:
-        """A FAIL against the device golden on an accelerator: re-check against the reference on the CPU (DESIGN's
+        """A FAIL against the device golden on an accelerator: re-check against the reference on the CPU (the
         fp32 reference, what the unit tests compare with) when that is cheap; its verdict stands."""
         if chk != "FAIL" or self.dev.type == "cpu" or self.args.golden != "device":
             return chk, detail
@@ -319,8 +319,8 @@ class Runner:
             self.rows.append(r)
             return
         # the mutated arguments (caches) as drawn: every check starts from and compares against these, because
-        # timing a backend writes into ``inputs`` (set 0 of the rotation) and would leave the next backend an
-        # 'original' that already holds the previous backend's rows (which hid all but the 1-ulp differences)
+        # timing a backend writes into ``inputs`` (set 0 of the rotation), which must not become the next backend's
+        # 'original' (the changed-region comparison would then skip the slots both wrote)
         pristine = {k: inputs[k].clone() for k in mutated}
         gold = self.golden(entry, inputs, mutated, args.golden)
         case_state: dict = {"make_inputs_s": t_mi, "pristine": pristine}

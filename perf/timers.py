@@ -16,7 +16,7 @@
 * NPU (torch_npu): device events (``torch.npu.Event``) around each call after an L2 flush, same statistics.
 * CPU: wall clock (``time.perf_counter``), a few reps after one warm-up call.
 
-Spread: ``spread_pct = (p80 − p20) / p50 · 100`` over the samples of one run. docs/perf/README.md says what a re-run
+Spread: ``spread_pct = (p80 − p20) / p50 · 100`` over the samples of one run. docs/performance.md says what a re-run
 reproduces (p50 within ``spread_pct`` + :data:`REPRO_FLOOR_PCT`) and ``perf/repro_check.py`` checks it.
 
 :func:`host_call_us` measures back-to-back eager calls (host + device, synchronised once): the dispatch-overhead view.
@@ -32,7 +32,7 @@ import torch
 
 REPRO_FLOOR_PCT = 3.0
 """Added to a row's ``spread_pct`` when judging whether a re-run reproduced its p50 (clock and thermal drift between
-processes, allocation addresses; see docs/perf/README.md §Reproducing a row)."""
+processes, allocation addresses; see docs/performance.md)."""
 
 HOST_BOUND_SPREAD_PCT = 60.0
 """Spread floor of a row whose call syncs the host (the amla and mla_prolog references: Python loops with device →
