@@ -60,6 +60,7 @@ PART_BUDGET_S, PART_REPRO_N = 360.0, 6
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m perf", description=__doc__.split("\n\n")[0],
+                                 epilog="examples:\n" + __doc__.split("Examples::\n")[1].rstrip(),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     csv_list = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     ap.add_argument("--ops", type=csv_list, default=None, help="comma list of op names or globs (default: all)")
@@ -254,8 +255,8 @@ def timer_doc(device_type: str) -> str:
                     "of each call so host launch latency is hidden) where capture fails; p20/p50/p80 over the "
                     "replays; spread = (p80 − p20)/p50",
             "npu": "torch.npu events after a 512 MiB flush; p20/p50/p80",
-            "cpu": "wall clock (time.perf_counter) around each call after one warm-up call; p20/p50/p80 over 3-10 "
-                   "calls (as many as fit about 2 s, 0.5 s with --quick)"}.get(device_type, "?")
+            "cpu": "wall clock (time.perf_counter) around each call after one warm-up call; p20/p50/p80 over "
+                   "3-10 calls (3-5 with --quick), as many as fit about 2 s (0.5 s)"}.get(device_type, "?")
 
 
 def shapes_doc(args: argparse.Namespace, device_type: str) -> str:

@@ -5,8 +5,10 @@ Grid: B ∈ {1, 16, 64}, S_q ∈ {1, 2}, N ∈ {16, 128}, L ∈ {1K, 4K, 16K} (t
 Mode on = inside ``ops.batch_invariant()``; mode off = outside it with ``DS_OPS_BATCH_INVARIANT`` unset. Each case is
 timed by CUDA-graph replay (perf/timers.py) over rotated input sets, off / on / on / off, and each mode's time is the
 median of its timings, so drift hits both alike. The on output is checked against the off output with the op's
-tolerance (both are checked against the reference by the main report and the tests). Prints a markdown table (µs
-off, µs on, on / off) and writes it with the raw numbers to ``--out`` (batch_invariance.md / .json).
+tolerance (both are checked against the reference by the main report and the tests), and "bits equal" says whether
+the two outputs are identical (where the default path splits a request differently they are not: a column of
+"yes" everywhere means the mode did not change the kernels' plan). Prints a markdown table (µs off, µs on,
+on / off) and writes it with the raw numbers to ``--out`` (batch_invariance.md / .json).
 """
 from __future__ import annotations
 
@@ -80,19 +82,20 @@ def main(device: str | None = None, quick: bool = False, out: str = "perf_out") 
             with mode(True):
                 on_out = op(**sets[0])
             v = check_outputs(on_out, off_out, spec.tolerance)
+            same = all(torch.equal(a, b) for a, b in zip(on_out, off_out))
             bad += not v.ok
             t_off, t_on = statistics.median(times[False]), statistics.median(times[True])
             rows.append(dict(shape=name, us_off=t_off, us_on=t_on, ratio=t_on / t_off, samples_off=times[False],
-                             samples_on=times[True], check=v.label, check_detail=v.detail))
+                             samples_on=times[True], check=v.label, check_detail=v.detail, bitwise_equal=same))
             print(f"{name}: off {t_off:.2f} µs, on {t_on:.2f} µs, on/off {t_on / t_off:.3f}, {v.label}",
                   file=sys.stderr, flush=True)
             del sets, fns
             torch.cuda.empty_cache()
     lines = [f"ds::amla batch-invariant mode on {torch.cuda.get_device_name(dev)}: CUDA-graph replay, median of 2 "
              "timings per mode (off / on / on / off), 4 rotated input sets", "",
-             "| shape | µs off | µs on | on / off | on vs off |", "|---|---|---|---|---|"]
-    lines += [f"| {r['shape']} | {r['us_off']:.2f} | {r['us_on']:.2f} | {r['ratio']:.3f} | {r['check']} |"
-              for r in rows]
+             "| shape | µs off | µs on | on / off | on vs off | bits equal |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['shape']} | {r['us_off']:.2f} | {r['us_on']:.2f} | {r['ratio']:.3f} | {r['check']} | "
+              f"{'yes' if r['bitwise_equal'] else 'no'} |" for r in rows]
     text = "\n".join(lines) + "\n"
     print(text)
     os.makedirs(out, exist_ok=True)

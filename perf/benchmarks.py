@@ -13,6 +13,7 @@ chooses the device (default: cuda, else npu, else cpu).
 """
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -70,6 +71,9 @@ def run(runner: Runner, entry: S.OpEntry, case: S.ShapeCase, backend: str) -> di
     runner.rows.clear()
     runner.run_case(entry, case)
     (row,) = [r for r in runner.rows if r["backend"] == backend]
+    if runner.dev.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
     if backend == "ascendc" and runner.dev.type == "cpu" and row.get("check") in ("PASS", "FAIL"):
         row["modeled"] = {k: row.get(k) for k in ("us_p50", "tflops", "gbps", "pct_peak", "pct_peak_compute",
                                                   "pct_peak_bw", "bound", "timer", "device", "note")}
