@@ -63,7 +63,7 @@ def write_json(rows: Sequence[dict], meta: dict, layer: dict, path: str, notes: 
 
 SUMMARY_COLS = [("backend", "backend"), ("shape", "shape"), ("us_p50", "µs p50"), ("us_p20", "p20"),
                 ("us_p80", "p80"), ("spread_pct", "spread %"), ("tflops", "TFLOPS"), ("gbps", "GB/s"), ("pct_peak", "% peak"),
-                ("pct_achievable", "% achv"), ("intensity", "FLOP/B"), ("bound", "bound"), ("check", "check"),
+                ("pct_achievable", "% ceil"), ("intensity", "FLOP/B"), ("bound", "bound"), ("check", "check"),
                 ("dispatch_us_registered", "µs torch.ops"), ("dispatch_us_eager", "µs eager")]
 
 
@@ -76,7 +76,7 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
 def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequence[str], path: str,
                    png_name: str | None) -> None:
     L: list[str] = [f"# ds-ops performance report — {meta['device']}", ""]
-    L += [f"* {line}" for line in header_lines(meta, rows)[1:]]
+    L += [f"  * {line.strip()}" if line.startswith("  ") else f"* {line}" for line in header_lines(meta, rows)[1:]]
     L += [f"* command: `{meta['command']}`", f"* when: {meta['timestamp']}; git {meta['git_sha']}; torch {meta['torch']}; "
           f"triton {meta['triton']}" + (f"; torch_npu {meta['torch_npu']}" if meta.get("torch_npu") else ""),
           ]
@@ -101,7 +101,7 @@ def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequenc
                      c.get("method", "") + (f" — failed: {c['error']}" if c.get("error") else "")])
     L.append(_md_table(["", "unit", "peak", "measured", "peak source", "measured by"], body))
     L += ["", "`% peak` = roofline time at the datasheet peaks (max(FLOPs/peak, bytes/bandwidth)) over the measured "
-          "time; `% achv` the same against the measured ceilings; `bound` compares the intensity with the ridge point.",
+          "time; `% ceil` the same against the measured ceilings; `bound` compares the intensity with the ridge point.",
           ""]
     if png_name:
         L += [f"![roofline]({png_name})", ""]
@@ -111,8 +111,7 @@ def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequenc
             ops_order.append(r["op"])
     for op in ops_order:
         L += [f"## {op}", ""]
-        body = [[backend_label(r) if k == "backend" else _fmt(r.get(k)) for k, _ in SUMMARY_COLS]
-                for r in rows if r["op"] == op]
+        body = [[table_cell(r, k) for k, _ in SUMMARY_COLS] for r in rows if r["op"] == op]
         L.append(_md_table([h for _, h in SUMMARY_COLS], body))
         fails = [r for r in rows if r["op"] == op and r.get("check") not in ("PASS", "baseline")]
         for r in fails:
@@ -138,7 +137,7 @@ def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequenc
               f"FLOPs counted (FlopCounterMode). Per-op times are {v.get('time_basis')}; '% of layer' is of "
               f"{_fmt(v.get('profiled_us'), 1)} µs profiled; `{OTHER}` is the time and FLOPs outside every ds op.",
               ""]
-        L.append(_md_table(["op", "calls", "FLOPs", "µs", "% of layer", "TFLOPS", "% peak", "% achv"],
+        L.append(_md_table(["op", "calls", "FLOPs", "µs", "% of layer", "TFLOPS", "% peak", "% ceil"],
                            [[o["op"], _fmt(o["calls"]), _fmt(float(o["flops"])), _fmt(o["time_us"]),
                              _fmt(o["share_pct"]), _fmt(o["tflops"], 3), _fmt(o["pct_peak"]),
                              _fmt(o["pct_achievable"])] for o in v.get("ops", [])]))
