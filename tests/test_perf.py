@@ -75,15 +75,16 @@ def _bad_kernel(x, w, cache, *, index, scale=1.0):
 _FAKE: dict[str, S.OpEntry] = {}
 
 
-def fake_entry(name: str = "perf_test_mm", kernel=_good_kernel) -> S.OpEntry:
-    """Register a fake ds op once per process; it is kept out of ops.SPECS so other tests never see it."""
+def fake_entry(name: str = "perf_test_mm", kernel=_good_kernel, backend: str = "triton") -> S.OpEntry:
+    """Register a fake ds op once per process, its one kernel a ``backend`` kernel on CPU tensors; it is kept out of
+    ops.SPECS so other tests never see it."""
     if name not in _FAKE:
         spec = OpSpec(name=name, flops=_fake_flops, bytes=_fake_bytes, make_inputs=_fake_make_inputs,
                       shapes={"decode_b4": dict(M=4, K=64, N=48), "prefill_4k": dict(M=4096, K=64, N=48),
                               "decode_b1": dict(M=1, K=64, N=48)},
                       compute="bf16", tolerance="bf16")
         op = DsOp(name, _fake_ref, fake=_fake_fake, mutates_args=("cache",), spec=spec,
-                  kernels=[Kernel("triton", "tests.test_perf", "_unused", ("cpu",), _fn=kernel)],
+                  kernels=[Kernel(backend, "tests.test_perf", "_unused", ("cpu",), _fn=kernel)],
                   flop_formula=lambda *a, out_val=None, **kw: _fake_flops(*a, **kw))
         SPECS.pop(name, None)
         _FAKE[name] = S.OpEntry(spec, op, sys.modules[__name__])
@@ -377,21 +378,32 @@ def test_cli_skips_unavailable_backend_with_reason(tmp_path):
     assert "ascendc" in rows[1]["check_detail"]
 
 
-def test_layer_view_with_a_fake_layer(monkeypatch):
-    """The layer view attributes FLOPs and time to each ds op even when the layer calls the eager fast path."""
-    from perf.layer import OTHER, layer_view
-    e = fake_entry()
+def _install_layer(monkeypatch, hook=None) -> None:
+    """Stand a module in for ops.deepseek_layer: ``hook`` as its perf_layer (none: a module without a hook)."""
+    fake_mod = types.ModuleType("ops.deepseek_layer")
+    if hook is not None:
+        fake_mod.perf_layer = hook
+    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
+    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+
+
+def _fake_layer(monkeypatch, e: S.OpEntry, *, relu: bool = True) -> None:
+    """A 'layer' that calls the fake op through its eager fast path (then relu + a residual when ``relu``)."""
     inputs = _fake_make_inputs(dict(M=8, K=64, N=32), dtype=torch.bfloat16, device="cpu",
                                generator=torch.Generator().manual_seed(2))
 
     def forward(x):
         y, _ = e.op(x, inputs["w"], inputs["cache"], index=inputs["index"])   # eager fast path
-        return torch.relu(y) + x[:, :32]
+        return torch.relu(y) + x[:, :32] if relu else y
 
-    fake_mod = types.ModuleType("ops.deepseek_layer")
-    fake_mod.perf_layer = lambda device, dtype: (forward, (inputs["x"],))
-    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
-    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+    _install_layer(monkeypatch, lambda device, dtype: (forward, (inputs["x"],)))
+
+
+def test_layer_view_with_a_fake_layer(monkeypatch):
+    """The layer view attributes FLOPs and time to each ds op even when the layer calls the eager fast path."""
+    from perf.layer import OTHER, layer_view
+    e = fake_entry()
+    _fake_layer(monkeypatch, e)
     lv = layer_view("cpu", specs={e.name: e.spec})
     assert lv["available"], lv["reason"]
     (view,) = lv["views"]
@@ -425,9 +437,7 @@ def test_layer_view_builtin_random_layer():
 
 def test_layer_view_unavailable_reason(monkeypatch):
     from perf.layer import layer_view
-    fake_mod = types.ModuleType("ops.deepseek_layer")
-    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
-    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+    _install_layer(monkeypatch)
     lv = layer_view("cpu")
     assert not lv["available"] and "exposes none of" in lv["reason"] and lv["views"] == []
 
@@ -819,17 +829,7 @@ def test_layer_view_percent_of_peak(monkeypatch):
     """layer_view's per-op % peak = 100 · TFLOPS / the datasheet peak (and % achievable over the ceiling)."""
     from perf.layer import layer_view
     e = fake_entry()
-    inputs = _fake_make_inputs(dict(M=8, K=64, N=32), dtype=torch.bfloat16, device="cpu",
-                               generator=torch.Generator().manual_seed(2))
-
-    def forward(x):
-        y, _ = e.op(x, inputs["w"], inputs["cache"], index=inputs["index"])
-        return y
-
-    fake_mod = types.ModuleType("ops.deepseek_layer")
-    fake_mod.perf_layer = lambda device, dtype: (forward, (inputs["x"],))
-    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
-    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+    _fake_layer(monkeypatch, e, relu=False)
     pk = P.PEAKS["h200_sxm"]
     lv = layer_view("cpu", specs={e.name: e.spec}, peaks=pk, ceilings={"bf16": P.Ceiling(500.0, "test")})
     row = {o["op"]: o for o in lv["views"][0]["ops"]}[e.name]
@@ -907,17 +907,7 @@ def test_cpu_layer_view_needs_no_profiler(monkeypatch):
 
     monkeypatch.setattr(torch.profiler, "profile", no_profiler)
     e = fake_entry()
-    inputs = _fake_make_inputs(dict(M=8, K=64, N=32), dtype=torch.bfloat16, device="cpu",
-                               generator=torch.Generator().manual_seed(2))
-
-    def forward(x):
-        y, _ = e.op(x, inputs["w"], inputs["cache"], index=inputs["index"])
-        return torch.relu(y) + x[:, :32]
-
-    fake_mod = types.ModuleType("ops.deepseek_layer")
-    fake_mod.perf_layer = lambda device, dtype: (forward, (inputs["x"],))
-    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
-    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+    _fake_layer(monkeypatch, e)
     lv = layer_view("cpu", specs={e.name: e.spec})
     assert lv["available"], lv["reason"]
     (view,) = lv["views"]
@@ -932,17 +922,7 @@ def test_cpu_layer_view_needs_no_profiler(monkeypatch):
 # ----------------------------------------------------------------------------------------------
 def _twin_entry() -> S.OpEntry:
     """A fake op with an Ascend C kernel that runs on CPU tensors (as through the twin)."""
-    name = "perf_test_twin"
-    if name not in _FAKE:
-        base = fake_entry()
-        spec = OpSpec(name=name, flops=_fake_flops, bytes=_fake_bytes, make_inputs=_fake_make_inputs,
-                      shapes=dict(base.spec.shapes), compute="bf16", tolerance="bf16")
-        op = DsOp(name, _fake_ref, fake=_fake_fake, mutates_args=("cache",), spec=spec,
-                  kernels=[Kernel("ascendc", "tests.test_perf", "_unused", ("cpu",), _fn=_good_kernel)],
-                  flop_formula=lambda *a, out_val=None, **kw: _fake_flops(*a, **kw))
-        SPECS.pop(name, None)
-        _FAKE[name] = S.OpEntry(spec, op, sys.modules[__name__])
-    return _FAKE[name]
+    return fake_entry("perf_test_twin", backend="ascendc")
 
 
 MODEL = {"time_us": 12.5, "pipes": {"MTE2": 11.0, "CUBE": 3.0}, "bound": "memory", "label": "910B3 pipe model"}
