@@ -66,7 +66,8 @@ def header_lines(meta: dict, rows: Sequence[dict]) -> list[str]:
 def column_doc(rows: Sequence[dict], cpu: bool, meta: dict) -> dict[str, str]:
     """Column heading -> what it holds, for the columns the table shows."""
     doc = {"µs p50": "median time per call",
-           "TFLOPS, GB/s": "the op's FLOPs and fewest bytes moved (OpSpec.flops / .bytes) over that time"}
+           ("GFLOP/s, GB/s" if cpu else "TFLOPS, GB/s"): "the op's FLOPs and fewest bytes moved (OpSpec.flops / "
+                                                        ".bytes) over that time"}
     if has_peak_column(rows):
         doc["% peak"] = ("the roofline time at the device's datasheet peaks (perf/peaks.py) over the time"
                          + ("; measured CPU rows have none (a CPU has no datasheet peak there)" if cpu else ""))

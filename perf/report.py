@@ -329,11 +329,11 @@ def plot_roofline(rows: Sequence[dict], meta: dict, path: str) -> str | None:
     return None
 
 
-def table_columns(rows: Sequence[dict]) -> list[tuple[str, str]]:
+def table_columns(rows: Sequence[dict], cpu: bool = False) -> list[tuple[str, str]]:
     """The terminal table's columns: % peak only when some row has a datasheet peak, check only when a backend
-    other than the reference ran (the header says why a column is missing)."""
-    cols = [("op", "op"), ("backend", "backend"), ("shape", "shape"), ("us_p50", "µs p50"), ("tflops", "TFLOPS"),
-            ("gbps", "GB/s")]
+    other than the reference ran (the header says why a column is missing); GFLOP/s instead of TFLOPS on a CPU."""
+    cols = [("op", "op"), ("backend", "backend"), ("shape", "shape"), ("us_p50", "µs p50"),
+            ("gflops", "GFLOP/s") if cpu else ("tflops", "TFLOPS"), ("gbps", "GB/s")]
     if has_peak_column(rows):
         cols.append(("pct_peak", "% peak"))
     cols += [("pct_achievable", "% ceil"), ("intensity", "FLOP/B"), ("bound", "bound")]
@@ -348,6 +348,8 @@ def table_cell(r: dict, k: str) -> str:
         return "–" if a is None else f"{_fmt(a)}/{_fmt(b)}"
     if k == "backend":
         return backend_label(r)
+    if k == "gflops":
+        return _fmt(None if r.get("tflops") is None else r["tflops"] * 1e3)
     if k == "check" and r.get("check") == "baseline":
         return "golden"
     return _fmt(r.get(k))
@@ -356,7 +358,7 @@ def table_cell(r: dict, k: str) -> str:
 def print_table(rows: Sequence[dict], layer: dict, notes: Sequence[str], meta: dict | None = None) -> None:
     """The header (what was timed, how, what the columns mean), the table, the layer view and the notes on
     stdout (rich if importable, else plain text)."""
-    cols = table_columns(rows)
+    cols = table_columns(rows, cpu=bool(meta) and meta.get("device_type") == "cpu")
     head = header_lines(meta, rows) if meta else []
     layer_caption = (f"`{OTHER}`: the time and FLOPs outside every ds op (norms, RoPE, residual adds, the expert "
                      "combine)")
