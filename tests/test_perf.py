@@ -24,6 +24,9 @@ from perf.__main__ import main
 from perf.runner import roofline_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the fake op's kernel is a plain function registered as a "triton" kernel on CPU tensors: dispatch runs it only
+# with the Triton interpreter switched on, as on a CPU-only machine
+INTERPRETER = pytest.mark.interpreter
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,6 +293,7 @@ def _read(out):
     return rows, js, md
 
 
+@INTERPRETER
 def test_cli_end_to_end_cpu(tmp_path):
     e = fake_entry()
     out = str(tmp_path / "perf")
@@ -325,6 +329,7 @@ def test_cli_end_to_end_cpu(tmp_path):
     assert len(png) == 1 and os.path.getsize(os.path.join(out, png[0])) > 1000
 
 
+@INTERPRETER
 def test_cli_marks_a_wrong_backend_fail(tmp_path):
     e = fake_entry("perf_test_bad", kernel=_bad_kernel)
     out = str(tmp_path / "bad")
@@ -340,6 +345,7 @@ def _raising_kernel(x, w, cache, *, index, scale=1.0):
     raise RuntimeError("kernel exploded on purpose")
 
 
+@INTERPRETER
 def test_cli_prints_why_rows_errored(tmp_path, capsys):
     """An ERROR row's reason is printed per row (not only in summary.md), and with every case errored the closing
     line says so instead of blaming an empty match."""
@@ -486,6 +492,7 @@ def _wrong_cache_kernel(x, w, cache, *, index, scale=1.0):
     return y, y.float().sum(-1)
 
 
+@INTERPRETER
 @pytest.mark.parametrize("golden", ["device", "upcast"])
 def test_negative_controls_fail_with_each_golden(tmp_path, golden):
     """A kernel off by 1 % and a kernel writing the cache to the wrong slots both FAIL, whatever the golden; a
@@ -555,6 +562,7 @@ def test_cpu_second_opinion_overrules_a_bad_device_golden(tmp_path):
     assert chk3 == "FAIL" and "vs CPU reference too: FAIL" in detail3
 
 
+@INTERPRETER
 def test_merge_two_runs_and_repro_check(tmp_path):
     """Two halves of a report merge into one CSV/JSON/summary/PNG; the re-run check re-runs rows from their repro
     commands and records the comparison (speed itself is never asserted)."""
@@ -696,6 +704,7 @@ def _nudged_kernel(x, w, cache, *, index, scale=1.0):
     return y, y32.to(x.dtype).float().sum(-1)
 
 
+@INTERPRETER
 def test_cache_check_is_not_polluted_by_an_earlier_backends_timing(tmp_path):
     """Regression (H200 report: mla_prolog t128_n128_bf16 kv_cache 'FAIL' cos 1.7e-5 while the kernel matched the
     CPU reference to 4.7e-9): timing the reference wrote its cache rows into the shared inputs, so the next
@@ -885,6 +894,7 @@ def test_cpu_run_header_says_what_was_timed_and_leaves_out_empty_columns(tmp_pat
     assert "* timer: wall clock" in md and "* check: only the reference ran" in md
 
 
+@INTERPRETER
 def test_check_column_compares_with_the_reference_when_another_backend_ran(tmp_path, capsys):
     e = fake_entry()
     assert main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b1", "--backends", "reference,triton",
