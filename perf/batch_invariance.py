@@ -49,58 +49,70 @@ def shape_names() -> list[str]:
     return [f"b{B}_sq{S}_n{N}_l{L}" for B in GRID["B"] for S in GRID["S_q"] for N in GRID["N"] for L in GRID["L"]]
 
 
-def main(device: str | None = None, quick: bool = False, out: str = "perf_out") -> int:
-    """Run the comparison; returns 0, 1 when an on output is outside the tolerance of the off output. Raises
-    RuntimeError without the mode or without CUDA, before any work."""
-    mode(True)                          # fail before any work when the mode does not exist
-    if not torch.cuda.is_available() or (device and not device.startswith("cuda")):
-        raise RuntimeError("--amla-batch-invariance runs on CUDA only (the Triton kernel's split policy is what it "
-                           "measures)")
+def run_grid(names: list[str], dev: torch.device, *, backend: str = "triton", timer=None,
+             budget_s: float = 0.5) -> list[dict]:
+    """One row per ``amla`` shape name: µs off / on (median of the off, on, on, off timings by ``timer``, default
+    :func:`perf.timers.graph_time_us`), on / off, the check of the on output against the off output and whether
+    they are bit for bit equal."""
     import ops
     from ops._library import SPECS
     from .check import check_outputs
     from .runner import _arg_checks, make_inputs
     from .specs import OpEntry, find_dsop
     from .timers import graph_time_us
-    dev = torch.device(device or "cuda")
+    timer = timer or graph_time_us
     spec = SPECS["amla"]
     op, mod = find_dsop("amla")
     entry = OpEntry(spec, op, mod)
-    budget = 0.25 if quick else 0.5
-    rows, bad = [], 0
-    with ops.backend("triton"), _arg_checks(False):   # the data-dependent checks sync the host: off, as in graphs
-        for name in shape_names():
-            shape = spec.shapes[name]
-            sets = [make_inputs(entry, shape, dtype=torch.bfloat16, device=dev, seed=i) for i in range(4)]
+    rows = []
+    with ops.backend(backend), _arg_checks(False):   # the data-dependent checks sync the host: off, as in graphs
+        for name in names:
+            sets = [make_inputs(entry, spec.shapes[name], dtype=torch.bfloat16, device=dev, seed=i) for i in range(4)]
             fns = [lambda kw=kw: op(**kw) for kw in sets]
             times: dict[bool, list[float]] = {False: [], True: []}
             for on in (False, True, True, False):
                 with mode(on):
-                    times[on].append(graph_time_us(fns, budget_s=budget).p50_us)
+                    times[on].append(timer(fns, budget_s=budget_s).p50_us)
             with mode(False):
                 off_out = op(**sets[0])
             with mode(True):
                 on_out = op(**sets[0])
             v = check_outputs(on_out, off_out, spec.tolerance)
-            same = all(torch.equal(a, b) for a, b in zip(on_out, off_out))
-            bad += not v.ok
             t_off, t_on = statistics.median(times[False]), statistics.median(times[True])
             rows.append(dict(shape=name, us_off=t_off, us_on=t_on, ratio=t_on / t_off, samples_off=times[False],
-                             samples_on=times[True], check=v.label, check_detail=v.detail, bitwise_equal=same))
+                             samples_on=times[True], check=v.label, check_detail=v.detail,
+                             bitwise_equal=all(torch.equal(a, b) for a, b in zip(on_out, off_out))))
             print(f"{name}: off {t_off:.2f} µs, on {t_on:.2f} µs, on/off {t_on / t_off:.3f}, {v.label}",
                   file=sys.stderr, flush=True)
             del sets, fns
-            torch.cuda.empty_cache()
-    lines = [f"ds::amla batch-invariant mode on {torch.cuda.get_device_name(dev)}: CUDA-graph replay, median of 2 "
-             "timings per mode (off / on / on / off), 4 rotated input sets", "",
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    return rows
+
+
+def table(rows: list[dict], device_name: str) -> str:
+    lines = [f"ds::amla batch-invariant mode on {device_name}: CUDA-graph replay, median of 2 timings per mode "
+             "(off / on / on / off), 4 rotated input sets", "",
              "| shape | µs off | µs on | on / off | on vs off | bits equal |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['shape']} | {r['us_off']:.2f} | {r['us_on']:.2f} | {r['ratio']:.3f} | {r['check']} | "
               f"{'yes' if r['bitwise_equal'] else 'no'} |" for r in rows]
-    text = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def main(device: str | None = None, quick: bool = False, out: str = "perf_out") -> int:
+    """Run the comparison over :data:`GRID`; returns 0, 1 when an on output is outside the tolerance of the off
+    output. Raises RuntimeError without the mode or without CUDA, before any work."""
+    mode(True)                          # fail before any work when the mode does not exist
+    if not torch.cuda.is_available() or (device and not device.startswith("cuda")):
+        raise RuntimeError("--amla-batch-invariance runs on CUDA only (the Triton kernel's split policy is what it "
+                           "measures)")
+    dev = torch.device(device or "cuda")
+    rows = run_grid(shape_names(), dev, budget_s=0.25 if quick else 0.5)
+    text = table(rows, torch.cuda.get_device_name(dev))
     print(text)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "batch_invariance.md"), "w") as f:
         f.write(text)
     with open(os.path.join(out, "batch_invariance.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    return 1 if bad else 0
+    return 1 if any(r["check"] != "PASS" for r in rows) else 0

@@ -1120,3 +1120,32 @@ def test_part_sets_the_h200_halves():
     assert a.repro_check == PM.PART_REPRO_N
     b = PM.parse_args(["--part", "1", "--ops", "amla", "--budget-s", "10", "--device", "cpu", "--out", os.devnull])
     assert b.ops == ["amla"] and b.budget_s == 10 and not b.no_layer
+
+
+def test_amla_batch_invariance_times_each_mode_alternately(monkeypatch):
+    """run_grid times off / on / on / off (each timing inside its mode), reports each mode's median, their ratio,
+    and checks the on output against the off one; the table shows both times and the ratio."""
+    from perf import batch_invariance as BI
+    from perf.timers import Timing
+    active, seen = [False], []
+
+    class Mode:
+        def __enter__(self):
+            active[0] = True
+
+        def __exit__(self, *exc):
+            active[0] = False
+
+    def timer(fns, budget_s):
+        seen.append(active[0])
+        fns[-1]()
+        return Timing(0.0, (2.0 if active[0] else 1.0) + 0.1 * len(seen), 0.0, "cudagraph")
+
+    monkeypatch.setattr(ops, "batch_invariant", Mode, raising=False)
+    (row,) = BI.run_grid(["cpu_b2_sq2_n8_l300"], torch.device("cpu"), backend="reference", timer=timer)
+    assert seen == [False, True, True, False]
+    assert row["us_off"] == pytest.approx((1.1 + 1.4) / 2) and row["us_on"] == pytest.approx((2.2 + 2.3) / 2)
+    assert row["ratio"] == pytest.approx(row["us_on"] / row["us_off"])
+    assert row["check"] == "PASS" and row["bitwise_equal"]
+    text = BI.table([row], "cpu")
+    assert "| cpu_b2_sq2_n8_l300 | 1.25 | 2.25 | 1.800 | PASS | yes |" in text
