@@ -1055,8 +1055,9 @@ def test_pytest_benchmark_runs_the_report_cases(tmp_path):
         if any(S.is_cpu_shape(n, s) for n, s in e.spec.shapes.items()):
             assert S.is_cpu_shape(c.name, e.spec.shapes[c.name])
     js = tmp_path / "b.json"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-m", "pytest", "perf", "--benchmark-only", "-q", "-k",
+    # a fresh pytest, not an xdist worker (pytest-benchmark disables itself under xdist)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("PYTEST_")}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "perf", "--benchmark-only", "-q", "-k",
                         "moe_gating_top_k-deepseek_v3_T1-", f"--benchmark-json={js}"], cwd=REPO,
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
