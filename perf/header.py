@@ -59,7 +59,7 @@ def header_lines(meta: dict, rows: Sequence[dict]) -> list[str]:
     if meta.get("ascendc_twin"):
         L.append(f"Ascend C CPU twin: {meta['ascendc_twin']}")
     L.append("columns:")
-    L += [f"  {k:12s} {v}" for k, v in column_doc(rows, cpu, meta).items()]
+    L += [f"  {k:13s} {v}" for k, v in column_doc(rows, cpu, meta).items()]
     return L
 
 

@@ -405,10 +405,12 @@ def print_table(rows: Sequence[dict], layer: dict, notes: Sequence[str], meta: d
         lt = Table(title=f"layer view: {v['layer']} — {_fmt(v.get('total_us'))} µs per call; the rows split one "
                          f"call ({_fmt(v.get('profiled_us'))} µs, {v.get('time_basis')})")
         peak = any(o.get("pct_peak") is not None for o in v["ops"])
-        for h in ("op", "calls", "µs", "% of layer", "TFLOPS") + (("% peak",) if peak else ()):
+        giga = ("gflops", "GFLOP/s") in cols
+        for h in ("op", "calls", "µs", "% of layer", "GFLOP/s" if giga else "TFLOPS") + (("% peak",) if peak else ()):
             lt.add_column(h)
         for o in v["ops"]:
-            lt.add_row(o["op"], _fmt(o["calls"]), _fmt(o["time_us"]), _fmt(o["share_pct"]), _fmt(o["tflops"], 3),
+            lt.add_row(o["op"], _fmt(o["calls"]), _fmt(o["time_us"]), _fmt(o["share_pct"]),
+                       table_cell(o, "gflops") if giga else _fmt(o["tflops"], 3),
                        *((_fmt(o["pct_peak"]),) if peak else ()))
         con.print(lt)
     if layer.get("views"):
