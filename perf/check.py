@@ -1,6 +1,6 @@
 """Correctness check of a backend's outputs against the reference's, for the report's ``check`` column.
 
-The tolerance rows are DESIGN §Tolerances (``ops/tolerances.py``, shared with the tests). Unlike the test helper this returns a verdict and the
+The tolerance rows are ``ops/tolerances.py`` (one table, shared with the tests). Unlike the test helper this returns a verdict and the
 measured error instead of raising, so one bad row does not stop the report.
 
 Which row applies to which output:
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ops.tolerances import TOLERANCES, cos_diff  # noqa: E402,F401  (DESIGN §Tolerances, one table)
+from ops.tolerances import TOLERANCES, cos_diff  # noqa: F401  (one table)
 
 
 @dataclasses.dataclass

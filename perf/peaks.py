@@ -1,6 +1,6 @@
 """Device peak table (every number with its source), device detection, and measured ceilings.
 
-Two kinds of ceiling are reported side by side (DESIGN §Performance methodology, METHOD.md "Two numbers first"):
+Two kinds of ceiling are reported side by side (docs/performance.md: method and ceilings):
 
 * **peak** — the vendor's dense datasheet rate (``PEAKS``); a number we did not find in a vendor document is
   marked ``derived=True`` and its ``source`` says how it was derived. Sparse ("with sparsity") figures are never
@@ -81,8 +81,8 @@ PEAKS: dict[str, DevicePeaks] = {
     ),
     "h200_sxm": DevicePeaks(
         "h200_sxm", "NVIDIA H200 SXM (141 GB)",
-        bf16=Peak(989.4, _H200_DS + _SPARSE.format(sparse="1979 TFLOPS") + "; DESIGN.md: 989 dense"),
-        int8=Peak(1979.0, _H200_DS + _SPARSE.format(sparse="3958 TOPS") + "; DESIGN.md: 1979 dense"),
+        bf16=Peak(989.4, _H200_DS + _SPARSE.format(sparse="1979 TFLOPS")),
+        int8=Peak(1979.0, _H200_DS + _SPARSE.format(sparse="3958 TOPS")),
         fp32=Peak(67.0, _H200_DS + " (FP32, non-tensor)"),
         hbm_tbs=Peak(4.8, _H200_DS + " (141 GB HBM3e, 4.8 TB/s)"),
     ),
@@ -123,7 +123,7 @@ PEAKS: dict[str, DevicePeaks] = {
     "ascend_910c": DevicePeaks(
         "ascend_910c", "Huawei Ascend 910C (Atlas A3, two dies)",
         bf16=Peak(707.8, "derived: the AMLA paper (arXiv 2509.25224) reports 614 TFLOPS = 86.8% of peak on Ascend 910 "
-                         "(CloudMatrix384) → 707 TFLOPS; DESIGN.md uses 707.8e12 "
+                         "(CloudMatrix384) → 707.8 TFLOPS "
                          "(= 48 cube cores × 8192 FLOP/cycle × 1.8 GHz, decomposition unverified)", derived=True),
         int8=Peak(1415.6, "derived: 2 × the bf16 figure (cube int8 MAC rate is twice fp16, HotChips 31)", derived=True),
         fp32=None,
@@ -235,7 +235,7 @@ def _median_seconds(fn: Callable[[], object], device: torch.device, reps: int) -
 def copy_tbs(device: str | torch.device, nbytes: int = 1 << 30, reps: int = 20) -> float:
     """Device copy bandwidth in TB/s: ``dst.copy_(src)`` of ``nbytes`` (bf16), bytes read + written over the median
     event-timed call (a kernel copy: the same copy captured in a CUDA graph becomes a copy-engine memcpy node,
-    2.76 against 4.25 TB/s on the H200). The ``hbm_tbs`` ceiling and the bench scripts measure with it."""
+    2.76 against 4.25 TB/s on the H200). The ``hbm_tbs`` ceiling is measured with it."""
     dev = torch.device(device)
     src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=dev).uniform_(-1, 1)
     dst = torch.empty_like(src)

@@ -7,10 +7,17 @@ import math
 import os
 from typing import Any, Sequence
 
-# column order of the CSV/JSON rows (docs/perf/README.md explains each)
+from .header import backend_label, checked_against_reference, has_peak_column, header_lines, is_modeled
+from .layer import OTHER
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+H200_REPORT = "docs/perf/h200"
+"""The committed H200 report (results.json, summary.md, roofline PNG), relative to the repository root."""
+
+# column order of the CSV/JSON rows (docs/performance.md explains each)
 COLUMNS = [
     "op", "backend", "shape", "shape_dict", "scaled", "dtype", "compute",
-    "us_p20", "us_p50", "us_p80", "spread_pct", "timer",
+    "us_p20", "us_p50", "us_p80", "spread_pct", "timer", "time_kind",
     "flops", "bytes", "tflops", "gbps", "intensity", "ridge", "bound",
     "pct_peak", "pct_peak_compute", "pct_peak_bw", "pct_achievable",
     "check", "check_detail", "dispatch_us_registered", "dispatch_us_eager",
@@ -56,7 +63,7 @@ def write_json(rows: Sequence[dict], meta: dict, layer: dict, path: str, notes: 
 
 SUMMARY_COLS = [("backend", "backend"), ("shape", "shape"), ("us_p50", "µs p50"), ("us_p20", "p20"),
                 ("us_p80", "p80"), ("spread_pct", "spread %"), ("tflops", "TFLOPS"), ("gbps", "GB/s"), ("pct_peak", "% peak"),
-                ("pct_achievable", "% achv"), ("intensity", "FLOP/B"), ("bound", "bound"), ("check", "check"),
+                ("pct_achievable", "% ceil"), ("intensity", "FLOP/B"), ("bound", "bound"), ("check", "check"),
                 ("dispatch_us_registered", "µs torch.ops"), ("dispatch_us_eager", "µs eager")]
 
 
@@ -69,9 +76,10 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
 def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequence[str], path: str,
                    png_name: str | None) -> None:
     L: list[str] = [f"# ds-ops performance report — {meta['device']}", ""]
+    L += [f"  * {line.strip()}" if line.startswith("  ") else f"* {line}" for line in header_lines(meta, rows)[1:]]
     L += [f"* command: `{meta['command']}`", f"* when: {meta['timestamp']}; git {meta['git_sha']}; torch {meta['torch']}; "
           f"triton {meta['triton']}" + (f"; torch_npu {meta['torch_npu']}" if meta.get("torch_npu") else ""),
-          f"* timer: {meta['timer_doc']}"]
+          ]
     if meta.get("golden"):
         L.append(f"* check against: {meta['golden']}")
     if meta.get("parts"):
@@ -93,7 +101,7 @@ def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequenc
                      c.get("method", "") + (f" — failed: {c['error']}" if c.get("error") else "")])
     L.append(_md_table(["", "unit", "peak", "measured", "peak source", "measured by"], body))
     L += ["", "`% peak` = roofline time at the datasheet peaks (max(FLOPs/peak, bytes/bandwidth)) over the measured "
-          "time; `% achv` the same against the measured ceilings; `bound` compares the intensity with the ridge point.",
+          "time; `% ceil` the same against the measured ceilings; `bound` compares the intensity with the ridge point.",
           ""]
     if png_name:
         L += [f"![roofline]({png_name})", ""]
@@ -103,7 +111,7 @@ def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequenc
             ops_order.append(r["op"])
     for op in ops_order:
         L += [f"## {op}", ""]
-        body = [[_fmt(r.get(k)) for k, _ in SUMMARY_COLS] for r in rows if r["op"] == op]
+        body = [[table_cell(r, k) for k, _ in SUMMARY_COLS] for r in rows if r["op"] == op]
         L.append(_md_table([h for _, h in SUMMARY_COLS], body))
         fails = [r for r in rows if r["op"] == op and r.get("check") not in ("PASS", "baseline")]
         for r in fails:
@@ -127,9 +135,10 @@ def write_markdown(rows: Sequence[dict], meta: dict, layer: dict, notes: Sequenc
         L += [f"### {v['layer']}", "",
               f"{_fmt(v.get('total_us'), 1)} µs per layer call (median); {_fmt(float(v.get('layer_flops') or 0))} "
               f"FLOPs counted (FlopCounterMode). Per-op times are {v.get('time_basis')}; '% of layer' is of "
-              f"{_fmt(v.get('profiled_us'), 1)} µs profiled.", ""]
-        L.append(_md_table(["op", "calls", "FLOPs", "µs", "% of layer", "TFLOPS", "% peak", "% achv"],
-                           [[o["op"], str(o["calls"]), _fmt(float(o["flops"])), _fmt(o["time_us"]),
+              f"{_fmt(v.get('profiled_us'), 1)} µs profiled; `{OTHER}` is the time and FLOPs outside every ds op.",
+              ""]
+        L.append(_md_table(["op", "calls", "FLOPs", "µs", "% of layer", "TFLOPS", "% peak", "% ceil"],
+                           [[o["op"], _fmt(o["calls"]), _fmt(float(o["flops"])), _fmt(o["time_us"]),
                              _fmt(o["share_pct"]), _fmt(o["tflops"], 3), _fmt(o["pct_peak"]),
                              _fmt(o["pct_achievable"])] for o in v.get("ops", [])]))
         L.append("")
@@ -169,19 +178,9 @@ def write_all(rows: Sequence[dict], meta: dict, layer: dict, notes: list[str], o
     write_json(rows, meta, layer, os.path.join(out, "results.json"), notes)
     write_markdown(rows, meta, layer, notes, os.path.join(out, "summary.md"), png)
     if print_table_too:
-        print_table(rows, layer, notes)
+        print_table(rows, layer, notes, meta)
     print(f"wrote {out}/results.csv, results.json, summary.md" + (f", {png}" if png else "")
           + (f" ({meta['elapsed_s']} s)" if meta.get("elapsed_s") is not None else ""), flush=True)
-
-
-def print_and_write_lines(lines: Sequence[str], out: str | None) -> str:
-    """The A/B scripts' ending: ``lines`` joined into Markdown, written to ``out`` (when given) and printed."""
-    text = "\n".join(lines) + "\n"
-    if out:
-        with open(out, "w") as f:
-            f.write(text)
-    print(text)
-    return text
 
 
 def results_path(path: str) -> str:
@@ -256,8 +255,8 @@ def merge_reports(dirs: Sequence[str], out: str) -> int:
         if len(vals) > 1 and note not in notes:
             notes.append(note)
     merged = _canonical_order(list(rows.values()))
-    # rows of runs before the host-bound spread floor existed (perf/timers.py HOST_BOUND_SPREAD_PCT): apply it, and
-    # judge the kept re-run checks against the spread now written beside their rows
+    # a host-bound row's spread is at least HOST_BOUND_SPREAD_PCT (perf/timers.py), in every merged part too; the kept
+    # re-run checks are judged against the spread written beside their rows
     from .timers import HOST_BOUND_SPREAD_PCT, rerun_tolerance_pct
     for r in merged:
         if "syncs the host" in str(r.get("note") or "") and r.get("spread_pct") is not None:
@@ -280,7 +279,8 @@ def plot_roofline(rows: Sequence[dict], meta: dict, path: str) -> str | None:
         import matplotlib.pyplot as plt
     except Exception:  # noqa: BLE001
         return "matplotlib is not importable: no roofline plot"
-    pts = [r for r in rows if r.get("tflops") and r.get("intensity") and r["tflops"] > 0 and r["intensity"] > 0]
+    pts = [r for r in rows if r.get("tflops") and r.get("intensity") and r["tflops"] > 0 and r["intensity"] > 0
+           and not is_modeled(r)]    # modeled 910B rows belong to another device's roofline
     fig, ax = plt.subplots(figsize=(10, 7), dpi=110)
     xs = [r["intensity"] for r in pts] or [1.0]
     peaks = meta.get("peaks") or {}
@@ -329,61 +329,93 @@ def plot_roofline(rows: Sequence[dict], meta: dict, path: str) -> str | None:
     return None
 
 
-def print_table(rows: Sequence[dict], layer: dict, notes: Sequence[str]) -> None:
-    """The closing table on the terminal (rich if importable, else plain text)."""
-    cols = [("op", "op"), ("backend", "backend"), ("shape", "shape"), ("us_p50", "µs p50"), ("tflops", "TFLOPS"),
-            ("gbps", "GB/s"), ("pct_peak", "%peak"), ("pct_achievable", "%achv"), ("intensity", "FLOP/B"),
-            ("bound", "bound"), ("check", "check"), ("dispatch", "µs ds/eager")]
+def table_columns(rows: Sequence[dict], cpu: bool = False) -> list[tuple[str, str]]:
+    """The terminal table's columns: % peak only when some row has a datasheet peak, check only when a backend
+    other than the reference ran (the header says why a column is missing); GFLOP/s instead of TFLOPS on a CPU."""
+    cols = [("op", "op"), ("backend", "backend"), ("shape", "shape"), ("us_p50", "µs p50"),
+            ("gflops", "GFLOP/s") if cpu else ("tflops", "TFLOPS"), ("gbps", "GB/s")]
+    if has_peak_column(rows):
+        cols.append(("pct_peak", "% peak"))
+    cols += [("pct_achievable", "% ceil"), ("intensity", "FLOP/B"), ("bound", "bound")]
+    if checked_against_reference(rows):
+        cols.append(("check", "check"))
+    return cols + [("dispatch", "µs ds/eager")]
 
-    def cell(r, k):
-        if k == "dispatch":
-            a, b = r.get("dispatch_us_registered"), r.get("dispatch_us_eager")
-            return "–" if a is None else f"{_fmt(a)}/{_fmt(b)}"
-        return _fmt(r.get(k))
+
+def table_cell(r: dict, k: str) -> str:
+    if k == "dispatch":
+        a, b = r.get("dispatch_us_registered"), r.get("dispatch_us_eager")
+        return "–" if a is None else f"{_fmt(a)}/{_fmt(b)}"
+    if k == "backend":
+        return backend_label(r)
+    if k == "gflops":
+        return _fmt(None if r.get("tflops") is None else r["tflops"] * 1e3)
+    if k == "check" and r.get("check") == "baseline":
+        return "golden"
+    return _fmt(r.get(k))
+
+
+def print_table(rows: Sequence[dict], layer: dict, notes: Sequence[str], meta: dict | None = None) -> None:
+    """The header (what was timed, how, what the columns mean), the table, the layer view and the notes on
+    stdout (rich if importable, else plain text)."""
+    cols = table_columns(rows, cpu=bool(meta) and meta.get("device_type") == "cpu")
+    head = header_lines(meta, rows) if meta else []
+    layer_caption = (f"`{OTHER}`: the time and FLOPs outside every ds op (norms, RoPE, residual adds, the expert "
+                     "combine)")
     try:
         from rich.console import Console
         from rich.table import Table
     except Exception:  # noqa: BLE001
+        for line in head:
+            print(line)
         print("\t".join(h for _, h in cols))
         for r in rows:
-            print("\t".join(cell(r, k) for k, _ in cols))
+            print("\t".join(table_cell(r, k) for k, _ in cols))
         for v in layer.get("views", []):
             print("layer view:", v["layer"])
             for o in v["ops"]:
-                print(f"  {o['op']}: {o['calls']} calls, {_fmt(o['time_us'])} µs, {_fmt(o['share_pct'])}% of layer")
+                print(f"  {o['op']}: {_fmt(o['calls'])} calls, {_fmt(o['time_us'])} µs, {_fmt(o['share_pct'])}% of layer")
+        if layer.get("views"):
+            print(layer_caption)
         if not layer.get("available"):
             print(f"layer view: unavailable ({layer.get('reason')})")
         for n in notes:
             print("note:", n)
         return
-    width = max(200, int(os.environ.get("COLUMNS", "0") or 0))
-    con = Console(width=width)
+    width = max(160, int(os.environ.get("COLUMNS", "0") or 0))
+    con = Console(width=width, soft_wrap=False)
+    for line in head:
+        con.print(line, markup=False, highlight=False)
     t = Table(title="ds-ops perf", show_lines=False, pad_edge=False)
     for k, h in cols:
         t.add_column(h, overflow="fold", no_wrap=k in ("op", "shape", "backend"),
                      justify="right" if k not in ("op", "backend", "shape", "bound", "check") else "left")
+    keys = [k for k, _ in cols]
     for r in rows:
-        cells = [cell(r, k) for k, _ in cols]
-        chk = r.get("check")
-        i = [k for k, _ in cols].index("check")
-        if chk == "PASS":
-            cells[i] = "[green]PASS[/]"
-        elif chk not in ("baseline", None):
-            cells[i] = f"[red]{chk}[/]"
+        cells = [table_cell(r, k) for k in keys]
+        if "check" in keys:
+            i = keys.index("check")
+            if r.get("check") == "PASS":
+                cells[i] = "[green]PASS[/]"
+            elif r.get("check") not in ("baseline", None):
+                cells[i] = f"[red]{r.get('check')}[/]"
         t.add_row(*cells)
     con.print(t)
     for v in layer.get("views", []):
-        basis = ("its kernels' device time" if "device" in str(v.get("time_basis", ""))
-                 else "with the profiler's overhead")
         lt = Table(title=f"layer view: {v['layer']} — {_fmt(v.get('total_us'))} µs per call; the rows split one "
-                         f"profiled call ({_fmt(v.get('profiled_us'))} µs, {basis})")
-        for h in ("op", "calls", "µs", "% of layer", "TFLOPS", "% peak"):
+                         f"call ({_fmt(v.get('profiled_us'))} µs, {v.get('time_basis')})")
+        peak = any(o.get("pct_peak") is not None for o in v["ops"])
+        giga = ("gflops", "GFLOP/s") in cols
+        for h in ("op", "calls", "µs", "% of layer", "GFLOP/s" if giga else "TFLOPS") + (("% peak",) if peak else ()):
             lt.add_column(h)
         for o in v["ops"]:
-            lt.add_row(o["op"], str(o["calls"]), _fmt(o["time_us"]), _fmt(o["share_pct"]), _fmt(o["tflops"], 3),
-                       _fmt(o["pct_peak"]))
+            lt.add_row(o["op"], _fmt(o["calls"]), _fmt(o["time_us"]), _fmt(o["share_pct"]),
+                       table_cell(o, "gflops") if giga else _fmt(o["tflops"], 3),
+                       *((_fmt(o["pct_peak"]),) if peak else ()))
         con.print(lt)
+    if layer.get("views"):
+        con.print(layer_caption, markup=False, highlight=False)
     if not layer.get("available"):
-        con.print(f"layer view: unavailable ({layer.get('reason')})")
+        con.print(f"layer view: unavailable ({layer.get('reason')})", markup=False)
     for n in notes:
-        con.print(f"note: {n}")
+        con.print(f"note: {n}", markup=False, highlight=False)

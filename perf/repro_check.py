@@ -29,7 +29,8 @@ def pick_rows(rows: list[dict], n: int, seed: int, want: Sequence[str] = ()) -> 
     """Timed, checked rows (not peers); ``want`` = ``op/backend/shape`` keys, else ``n`` at random, spread over
     the backends (alternating) so the kernels and the references are both sampled."""
     ok = [r for r in rows if r.get("us_p50") not in (None, "") and r.get("check") in ("PASS", "baseline")
-          and not str(r.get("backend", "")).startswith("peer:") and r.get("repro")]
+          and not str(r.get("backend", "")).startswith("peer:") and r.get("repro")
+          and r.get("time_kind") != "modeled 910B"]      # a model has nothing to re-measure
     if want:
         keys = {tuple(w.split("/", 2)) for w in want}
         return [r for r in ok if (r["op"], r["backend"], r["shape"]) in keys]

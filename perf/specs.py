@@ -29,7 +29,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-# DeepSeek-V3 grids (DESIGN §constants): what SPEC.shapes are expected to cover
+# DeepSeek-V3 grids: what SPEC.shapes are expected to cover
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TP_HEADS = {1: 128, 2: 64, 4: 32, 8: 16, 16: 8}
 EP_EXPERTS = {1: 256, 8: 32, 16: 16, 32: 8, 64: 4}

@@ -13,11 +13,10 @@
   ``triton.testing.do_bench`` before it, and a GPU sleep (``torch.cuda._sleep``) long enough for the host to enqueue
   the call before the device gets to it, so host launch latency is not in the interval. An op that syncs the host
   inside the call gets no head start (its host time is part of what it costs); the note says so.
-* NPU (torch_npu): device events (``torch.npu.Event``) around each call after an L2 flush, same statistics;
-  :func:`profile_device_time_us` gives the profiler's summed device-kernel time (best effort).
+* NPU (torch_npu): device events (``torch.npu.Event``) around each call after an L2 flush, same statistics.
 * CPU: wall clock (``time.perf_counter``), a few reps after one warm-up call.
 
-Spread: ``spread_pct = (p80 − p20) / p50 · 100`` over the samples of one run. docs/perf/README.md says what a re-run
+Spread: ``spread_pct = (p80 − p20) / p50 · 100`` over the samples of one run. docs/performance.md says what a re-run
 reproduces (p50 within ``spread_pct`` + :data:`REPRO_FLOOR_PCT`) and ``perf/repro_check.py`` checks it.
 
 :func:`host_call_us` measures back-to-back eager calls (host + device, synchronised once): the dispatch-overhead view.
@@ -26,20 +25,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 import time
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import torch
 
 REPRO_FLOOR_PCT = 3.0
 """Added to a row's ``spread_pct`` when judging whether a re-run reproduced its p50 (clock and thermal drift between
-processes, allocation addresses; see docs/perf/README.md §Reproducing a row)."""
+processes, allocation addresses; see docs/performance.md)."""
 
 HOST_BOUND_SPREAD_PCT = 60.0
 """Spread floor of a row whose call syncs the host (the amla and mla_prolog references: Python loops with device →
-host copies; not capturable, timed by events that include host time). Re-runs of such rows on the H200 moved by
-10–55 % (2026-11-30) while their in-run spread was 0.6–5 %, so their spread column says ±60 %."""
+host copies; not capturable, timed by events that include host time): such rows move far more between processes
+than within one, so their spread column says at least ±60 %."""
 
 
 def rerun_tolerance_pct(spread_pct: float | None) -> float:
@@ -65,6 +63,7 @@ class Timing:
     calls: int = 1        # calls per sample (graph: calls per replay)
     samples: int = 0      # replays / repetitions the quantiles are over
     host_bound: bool = False  # the call syncs the host: events include host time (see HOST_BOUND_SPREAD_PCT)
+    samples_us: list[float] = dataclasses.field(default_factory=list, repr=False)   # µs per call, each sample
 
     @property
     def spread_pct(self) -> float | None:
@@ -164,7 +163,7 @@ def _time_wall(fns, dev, *, reps: int, budget_s: float) -> Timing:
         _sync(dev)
         samples.append((time.perf_counter() - t0) * 1e6)
     q = _quantiles(samples)
-    return Timing(q[0], q[1], q[2], "wall", f"{n} reps", calls=1, samples=n)
+    return Timing(q[0], q[1], q[2], "wall", f"{n} reps", calls=1, samples=n, samples_us=samples)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -202,8 +201,8 @@ def _warm_up(fns: Sequence[Callable[[], object]]) -> None:
 def _capture(fns: Sequence[Callable[[], object]], calls: int) -> "torch.cuda.CUDAGraph":
     """``calls`` calls cycling through ``fns``, captured on a side stream into one graph with its own private memory
     pool. Unlike ``with torch.cuda.graph(...)`` the caller's stream is restored even when capture fails (an op that
-    syncs the host), and no gc.collect() runs per capture. (A pool handle shared between the pre-measure graph and
-    the timed graph tripped CUDACachingAllocator's ``use_count > 0`` assert on torch 2.11, H200, 2026-11-30.)"""
+    syncs the host), and no gc.collect() runs per capture. Each graph gets its own pool: a pool shared between the
+    pre-measure graph and the timed graph trips CUDACachingAllocator's ``use_count > 0`` assert."""
     g = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     cur = torch.cuda.current_stream()
@@ -226,39 +225,6 @@ def _capture(fns: Sequence[Callable[[], object]], calls: int) -> "torch.cuda.CUD
             raise CaptureError(capture_failure_reason(err)) from err
     cur.wait_stream(side)
     return g
-
-
-def replayed_outputs(fns: Sequence[Callable[[], object]]) -> list:
-    """The outputs of ``fns`` (one call each) captured into one CUDA graph after a side-stream warm-up, every float
-    tensor among them NaN-poisoned, then replayed once: what a replay writes, for bit-for-bit checks against eager
-    calls (a tensor the replay does not write stays NaN)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fns[0]()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        outs = [f() for f in fns]
-    for o in outs:
-        for t in (o if isinstance(o, (tuple, list)) else (o,)):
-            if isinstance(t, torch.Tensor) and t.is_floating_point():
-                t.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    return outs
-
-
-def median_graph_us(variants: Mapping[str, Sequence[Callable[[], object]]], rounds: int,
-                    **graph_kw) -> dict[str, float]:
-    """The A/B benches' timing: for each variant (name → its calls, one per rotated input set), the median over
-    ``rounds`` of :func:`graph_time_us` ``(calls, **graph_kw)`` p50, in µs per call. Each round times every variant
-    in turn, so drift between rounds hits all of them alike."""
-    times: dict[str, list[float]] = {n: [] for n in variants}
-    for _ in range(rounds):
-        for n, fns in variants.items():
-            times[n].append(graph_time_us(list(fns), **graph_kw).p50_us)
-    return {n: statistics.median(t) for n, t in times.items()}
 
 
 def _replay_times_us(g, replays: int, head_start_us: float) -> list[float]:
@@ -309,8 +275,7 @@ def graph_time_us(fns: list[Callable[[], object]], calls: int | None = None, rep
     Returns Timing(p20, p50, p80) in µs per call over the replays (method ``"cudagraph"``; ``calls``/``samples``
     hold calls per replay and the number of replays). Raises :class:`CaptureError` (a RuntimeError) when capture
     fails (an op that syncs the host: ``cudaErrorStreamCaptureUnsupported`` and the like) — callers fall back to
-    :func:`events_time_us`; errors of the calls themselves (in warm-up) propagate as they are. The bench scripts
-    (perf/bench_*.py) time with it too."""
+    :func:`events_time_us`; errors of the calls themselves (in warm-up) propagate as they are."""
     fns = list(fns)
     if not fns:
         raise ValueError("graph_time_us: fns is empty")
@@ -342,7 +307,7 @@ def graph_time_us(fns: list[Callable[[], object]], calls: int | None = None, rep
     q = _quantiles(samples)
     if calls < len(fns):
         notes.append(f"{calls} of {len(fns)} input sets per replay")
-    return Timing(q[0], q[1], q[2], "cudagraph", "; ".join(notes), calls=calls, samples=replays)
+    return Timing(q[0], q[1], q[2], "cudagraph", "; ".join(notes), calls=calls, samples=replays, samples_us=samples)
 
 
 _FLUSH: dict[int, torch.Tensor] = {}
@@ -392,10 +357,11 @@ def events_time_us(fns: list[Callable[[], object]], *, budget_s: float = 0.5, re
         fns[i % len(fns)]()
         ends[i].record()
     torch.cuda.synchronize()
-    q = _quantiles([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
+    samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    q = _quantiles(samples)
     note = (f"the call syncs the host: events include its host time (spread floor {HOST_BOUND_SPREAD_PCT:g} %)"
             if syncs else "")
-    return Timing(q[0], q[1], q[2], "events", note, calls=1, samples=n, host_bound=syncs)
+    return Timing(q[0], q[1], q[2], "events", note, calls=1, samples=n, host_bound=syncs, samples_us=samples)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -416,37 +382,9 @@ def _time_npu(fns, quick: bool, reps: int | None) -> Timing:  # pragma: no cover
         fns[i % len(fns)]()
         ends[i].record()
     torch.npu.synchronize()
-    q = _quantiles([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
-    return Timing(q[0], q[1], q[2], "npu-events", "512 MiB flush", calls=1, samples=n)
-
-
-def profile_device_time_us(fn: Callable[[], object], device: str | torch.device, *, reps: int = 5) -> float | None:
-    """Summed device-kernel time of one ``fn()`` call (µs) from the profiler (torch.profiler on CUDA,
-    torch_npu.profiler on NPU), averaged over ``reps`` calls; None when the profiler is unavailable. Best effort."""
-    dev = torch.device(device)
-    try:
-        fn()
-        _sync(dev)
-        if dev.type == "cuda":
-            from torch.profiler import ProfilerActivity, profile
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(reps):
-                    fn()
-                _sync(dev)
-            total = sum(getattr(e, "self_device_time_total", 0.0) or 0.0 for e in prof.key_averages())
-            return total / reps
-        if dev.type == "npu":  # pragma: no cover - needs an NPU
-            import torch_npu
-            with torch_npu.profiler.profile(activities=[torch_npu.profiler.ProfilerActivity.NPU]) as prof:
-                for _ in range(reps):
-                    fn()
-                torch.npu.synchronize()
-            total = sum(getattr(e, "self_device_time_total", 0.0) or getattr(e, "self_npu_time_total", 0.0) or 0.0
-                        for e in prof.key_averages())
-            return total / reps
-    except Exception:  # noqa: BLE001 - best effort
-        return None
-    return None
+    samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    q = _quantiles(samples)
+    return Timing(q[0], q[1], q[2], "npu-events", "512 MiB flush", calls=1, samples=n, samples_us=samples)
 
 
 def host_call_us(fn: Callable[[], object], device: str | torch.device, *, budget_s: float = 0.02,

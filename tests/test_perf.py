@@ -1,5 +1,6 @@
 """Tests of the performance report (perf/): FLOP/byte formulas against FlopCounterMode, the CLI end to end on CPU,
-the peak table's sources, the checker. Speed is never asserted."""
+what the CPU run prints, the modeled 910B rows, the markdown tables, the pytest-benchmark cases, the peak table's
+sources, the checker. Speed is never asserted."""
 from __future__ import annotations
 
 import csv
@@ -19,10 +20,13 @@ from ops._library import SPECS, DsOp, Kernel, OpSpec
 from perf import check as C
 from perf import peaks as P
 from perf import specs as S
-from perf.__main__ import main, roofline_metrics
-from tests.conftest import requires_triton
+from perf.__main__ import main
+from perf.runner import roofline_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the fake op's kernel is a plain function registered as a "triton" kernel on CPU tensors: dispatch runs it only
+# with the Triton interpreter switched on, as on a CPU-only machine
+INTERPRETER = pytest.mark.interpreter
 
 
 # ----------------------------------------------------------------------------------------------
@@ -74,15 +78,16 @@ def _bad_kernel(x, w, cache, *, index, scale=1.0):
 _FAKE: dict[str, S.OpEntry] = {}
 
 
-def fake_entry(name: str = "perf_test_mm", kernel=_good_kernel) -> S.OpEntry:
-    """Register a fake ds op once per process; it is kept out of ops.SPECS so other tests never see it."""
+def fake_entry(name: str = "perf_test_mm", kernel=_good_kernel, backend: str = "triton") -> S.OpEntry:
+    """Register a fake ds op once per process, its one kernel a ``backend`` kernel on CPU tensors; it is kept out of
+    ops.SPECS so other tests never see it."""
     if name not in _FAKE:
         spec = OpSpec(name=name, flops=_fake_flops, bytes=_fake_bytes, make_inputs=_fake_make_inputs,
                       shapes={"decode_b4": dict(M=4, K=64, N=48), "prefill_4k": dict(M=4096, K=64, N=48),
                               "decode_b1": dict(M=1, K=64, N=48)},
                       compute="bf16", tolerance="bf16")
         op = DsOp(name, _fake_ref, fake=_fake_fake, mutates_args=("cache",), spec=spec,
-                  kernels=[Kernel("triton", "tests.test_perf", "_unused", ("cpu",), _fn=kernel)],
+                  kernels=[Kernel(backend, "tests.test_perf", "_unused", ("cpu",), _fn=kernel)],
                   flop_formula=lambda *a, out_val=None, **kw: _fake_flops(*a, **kw))
         SPECS.pop(name, None)
         _FAKE[name] = S.OpEntry(spec, op, sys.modules[__name__])
@@ -288,6 +293,7 @@ def _read(out):
     return rows, js, md
 
 
+@INTERPRETER
 def test_cli_end_to_end_cpu(tmp_path):
     e = fake_entry()
     out = str(tmp_path / "perf")
@@ -323,6 +329,7 @@ def test_cli_end_to_end_cpu(tmp_path):
     assert len(png) == 1 and os.path.getsize(os.path.join(out, png[0])) > 1000
 
 
+@INTERPRETER
 def test_cli_marks_a_wrong_backend_fail(tmp_path):
     e = fake_entry("perf_test_bad", kernel=_bad_kernel)
     out = str(tmp_path / "bad")
@@ -338,9 +345,10 @@ def _raising_kernel(x, w, cache, *, index, scale=1.0):
     raise RuntimeError("kernel exploded on purpose")
 
 
+@INTERPRETER
 def test_cli_prints_why_rows_errored(tmp_path, capsys):
-    """Session-9 new-user finding: an ERROR row's reason was only in summary.md, and with every case errored the last
-    line blamed an empty match. The reason is printed per row, and the closing line says what happened."""
+    """An ERROR row's reason is printed per row (not only in summary.md), and with every case errored the closing
+    line says so instead of blaming an empty match."""
     e = fake_entry("perf_test_raise", kernel=_raising_kernel)
     rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b1", "--backends", "triton", "--out",
                str(tmp_path / "err"), "--quick", "--no-layer", "--no-dispatch"], extra_ops=[e])
@@ -351,8 +359,8 @@ def test_cli_prints_why_rows_errored(tmp_path, capsys):
 
 
 def test_cli_merge_refuses_what_is_not_a_report(tmp_path, capsys):
-    """Session-9 new-user finding: --merge with a missing directory, a directory without results.json or a JSON
-    without rows gave a traceback; now a usage error naming the argument."""
+    """--merge with a missing directory, a directory without results.json or a JSON without rows is a usage error
+    naming the argument, not a traceback."""
     empty = tmp_path / "empty"
     empty.mkdir()
     norows = tmp_path / "norows"
@@ -376,27 +384,39 @@ def test_cli_skips_unavailable_backend_with_reason(tmp_path):
     assert "ascendc" in rows[1]["check_detail"]
 
 
-def test_layer_view_with_a_fake_layer(monkeypatch):
-    """The layer view attributes FLOPs and time to each ds op even when the layer calls the eager fast path."""
-    from perf.layer import layer_view
-    e = fake_entry()
+def _install_layer(monkeypatch, hook=None) -> None:
+    """Stand a module in for ops.deepseek_layer: ``hook`` as its perf_layer (none: a module without a hook)."""
+    fake_mod = types.ModuleType("ops.deepseek_layer")
+    if hook is not None:
+        fake_mod.perf_layer = hook
+    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
+    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+
+
+def _fake_layer(monkeypatch, e: S.OpEntry, *, relu: bool = True) -> None:
+    """A 'layer' that calls the fake op through its eager fast path (then relu + a residual when ``relu``)."""
     inputs = _fake_make_inputs(dict(M=8, K=64, N=32), dtype=torch.bfloat16, device="cpu",
                                generator=torch.Generator().manual_seed(2))
 
     def forward(x):
         y, _ = e.op(x, inputs["w"], inputs["cache"], index=inputs["index"])   # eager fast path
-        return torch.relu(y) + x[:, :32]
+        return torch.relu(y) + x[:, :32] if relu else y
 
-    fake_mod = types.ModuleType("ops.deepseek_layer")
-    fake_mod.perf_layer = lambda device, dtype: (forward, (inputs["x"],))
-    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
-    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+    _install_layer(monkeypatch, lambda device, dtype: (forward, (inputs["x"],)))
+
+
+def test_layer_view_with_a_fake_layer(monkeypatch):
+    """The layer view attributes FLOPs and time to each ds op even when the layer calls the eager fast path."""
+    from perf.layer import OTHER, layer_view
+    e = fake_entry()
+    _fake_layer(monkeypatch, e)
     lv = layer_view("cpu", specs={e.name: e.spec})
     assert lv["available"], lv["reason"]
     (view,) = lv["views"]
     row = {o["op"]: o for o in view["ops"]}[e.name]
-    assert {o["op"] for o in view["ops"]} == {e.name, "(everything else)"}
+    assert {o["op"] for o in view["ops"]} == {e.name, OTHER}
     assert row["calls"] == 1 and row["flops"] == 2 * 8 * 64 * 32
+    assert {o["op"]: o for o in view["ops"]}[OTHER]["calls"] is None      # not a count of anything
     assert row["time_us"] > 0 and 0 < row["share_pct"] <= 100
     assert view["layer_flops"] == 2 * 8 * 64 * 32          # relu/add count no FLOPs; the ds op counted once
 
@@ -423,9 +443,7 @@ def test_layer_view_builtin_random_layer():
 
 def test_layer_view_unavailable_reason(monkeypatch):
     from perf.layer import layer_view
-    fake_mod = types.ModuleType("ops.deepseek_layer")
-    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
-    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+    _install_layer(monkeypatch)
     lv = layer_view("cpu")
     assert not lv["available"] and "exposes none of" in lv["reason"] and lv["views"] == []
 
@@ -445,7 +463,7 @@ def test_timing_spread_and_rotation_on_cpu():
     assert t.spread_pct == pytest.approx(40.0)
     assert t.describe() == "cudagraph 64 calls × 20 replays"
     assert Timing(0.0, 0.0, 0.0, "wall").spread_pct is None
-    # the bench scripts import this signature
+    # perf/batch_invariance.py calls it with these keywords
     sig = inspect.signature(graph_time_us)
     assert list(sig.parameters) == ["fns", "calls", "replays", "budget_s"]
     assert sig.parameters["budget_s"].default == 0.5
@@ -454,10 +472,11 @@ def test_timing_spread_and_rotation_on_cpu():
     t = time_fn(fns, "cpu", reps=6)
     assert t.method == "wall" and t.samples >= 3 and t.p20_us <= t.p50_us <= t.p80_us
     assert set(seen) == {0, 1, 2}                                    # every input set is timed
+    assert len(t.samples_us) == t.samples and min(t.samples_us) <= t.p50_us <= max(t.samples_us)
 
 
 def test_golden_math_flags_restored():
-    from perf.__main__ import ieee_fp32_math
+    from perf.runner import ieee_fp32_math
     m = torch.backends.cuda.matmul
     before = (m.allow_tf32, m.allow_bf16_reduced_precision_reduction, torch.backends.cudnn.allow_tf32)
     with ieee_fp32_math():
@@ -473,6 +492,7 @@ def _wrong_cache_kernel(x, w, cache, *, index, scale=1.0):
     return y, y.float().sum(-1)
 
 
+@INTERPRETER
 @pytest.mark.parametrize("golden", ["device", "upcast"])
 def test_negative_controls_fail_with_each_golden(tmp_path, golden):
     """A kernel off by 1 % and a kernel writing the cache to the wrong slots both FAIL, whatever the golden; a
@@ -494,7 +514,7 @@ def test_upcast_golden_drops_rounding_points():
     """Why the default golden keeps the input dtypes: the reference with bf16 inputs rounds intermediates to bf16
     (DESIGN's rounding points); up-cast to fp32 it does not, so the up-cast golden is a different function. On the
     fake op (y = bf16(x @ w)) the up-cast output is the unrounded product."""
-    from perf.__main__ import upcast_floats
+    from perf.runner import upcast_floats
     e = fake_entry()
     inputs = _fake_make_inputs(dict(M=8, K=64, N=48), dtype=torch.bfloat16, device="cpu",
                                generator=torch.Generator().manual_seed(3))
@@ -542,6 +562,7 @@ def test_cpu_second_opinion_overrules_a_bad_device_golden(tmp_path):
     assert chk3 == "FAIL" and "vs CPU reference too: FAIL" in detail3
 
 
+@INTERPRETER
 def test_merge_two_runs_and_repro_check(tmp_path):
     """Two halves of a report merge into one CSV/JSON/summary/PNG; the re-run check re-runs rows from their repro
     commands and records the comparison (speed itself is never asserted)."""
@@ -683,6 +704,7 @@ def _nudged_kernel(x, w, cache, *, index, scale=1.0):
     return y, y32.to(x.dtype).float().sum(-1)
 
 
+@INTERPRETER
 def test_cache_check_is_not_polluted_by_an_earlier_backends_timing(tmp_path):
     """Regression (H200 report: mla_prolog t128_n128_bf16 kv_cache 'FAIL' cos 1.7e-5 while the kernel matched the
     CPU reference to 4.7e-9): timing the reference wrote its cache rows into the shared inputs, so the next
@@ -695,15 +717,6 @@ def test_cache_check_is_not_polluted_by_an_earlier_backends_timing(tmp_path):
     rows, _, _ = _read(out)
     assert [r["check"] for r in rows] == ["baseline", "PASS"], rows[1]["check_detail"]
     assert rc == 0
-
-
-def test_run_gpu_script_parses():
-    r = subprocess.run(["bash", "-n", os.path.join(REPO, "perf", "run_gpu.sh")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    with open(os.path.join(REPO, "perf", "run_gpu.sh")) as f:
-        text = f.read()
-    for mode in ("part1)", "part2)", "all)", "quick)", "ops)"):
-        assert mode in text
 
 
 def test_graph_plan_calls_and_replays():
@@ -746,21 +759,8 @@ def test_host_bound_rows_carry_the_spread_floor():
     assert Timing(10.0, 10.1, 10.2, "cudagraph").spread_pct == pytest.approx(100 * 0.2 / 10.1)
 
 
-@requires_triton
-@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter check (the H200 run asserts the same sums)")
-def test_stream_floor_kernel_reads_every_word_once():
-    # perf/bench_stream.py times a kernel that only reads S bytes; it must really read each word exactly once
-    from perf.bench_stream import _read_fn
-    g = torch.Generator().manual_seed(7)
-    buf = torch.randint(-2**20, 2**20, (10_007,), dtype=torch.int32, generator=g)
-    for programs, block in ((3, 256), (5, 1024), (1, 128)):
-        out = torch.full((programs,), -1, dtype=torch.int32)
-        _read_fn(buf, out, programs, 4, block)()
-        assert out.sum(dtype=torch.int64).item() == buf.sum(dtype=torch.int64).item()
-
-
 def test_cli_exits_2_when_nothing_is_timed_and_rejects_bad_arguments(tmp_path, capsys):
-    # session-7 audit: a --shapes pattern matching nothing, or an unknown backend, exited 0 with nothing timed
+    # a --shapes pattern matching nothing, or an unknown backend, must not exit 0 with nothing timed
     e = fake_entry()
     rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "zzz*", "--out", str(tmp_path / "none"), "--quick",
                "--no-layer", "--no-dispatch"], extra_ops=[e])
@@ -773,9 +773,9 @@ def test_cli_exits_2_when_nothing_is_timed_and_rejects_bad_arguments(tmp_path, c
 
 
 def test_cli_usage_errors_before_anything_runs(tmp_path, capsys, monkeypatch):
-    """Session-8 new-user findings: an unwritable --out failed only after the whole run (results lost); --ops with
-    no match, --device cuda without CUDA and --device tpu gave tracebacks; --budget-s -1 and repro_check -n -3 were
-    accepted. Each is now a usage error naming the argument, before any case runs."""
+    """An unwritable --out, --ops with no match, --device cuda without CUDA, --device tpu, --budget-s -1 and
+    repro_check -n -3 are each a usage error naming the argument, before any case runs (results are never lost
+    after a whole run)."""
     import perf.__main__ as PM
     from perf.repro_check import main as repro_main
     ran = []
@@ -798,7 +798,7 @@ def test_cli_usage_errors_before_anything_runs(tmp_path, capsys, monkeypatch):
 
 
 def test_repro_command_keeps_arg_checks(tmp_path):
-    # session-7 audit: a run with --keep-arg-checks wrote repro commands without it (a different configuration)
+    # a run with --keep-arg-checks writes repro commands with it (the same configuration)
     e = fake_entry()
     out = str(tmp_path / "checks")
     rc = main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b1", "--out", out, "--quick", "--no-layer",
@@ -808,8 +808,8 @@ def test_repro_command_keeps_arg_checks(tmp_path):
 
 
 def test_every_python_file_of_the_repo_parses():
-    """Scripts that CI never imports (GPU benches, sweeps, tools) must at least parse: a stray parenthesis left by an
-    edit made perf/bench_quant_gating.py a SyntaxError that nothing noticed (review finding, session 8)."""
+    """Scripts that CI never imports (GPU checks, tools) must at least parse: a stray parenthesis in a file no test
+    imports is otherwise a SyntaxError that nothing notices."""
     import ast
     root = pathlib.Path(__file__).resolve().parents[1]
     skip = {".venv", "build", ".git", "__pycache__", "perf_out"}
@@ -824,7 +824,7 @@ def test_every_python_file_of_the_repo_parses():
     assert not bad, bad
 
 
-# mutation audit, round 2 (session 9): percent-of-peak arithmetic and explicit FLOP / byte counts
+# percent-of-peak arithmetic and explicit FLOP / byte counts
 def test_roofline_percent_of_each_peak_on_h200():
     """pct_peak_compute / pct_peak_bw: TFLOPS over the TFLOPS peak, GB/s over the TB/s peak (×1e3)."""
     pk = P.PEAKS["h200_sxm"]
@@ -838,17 +838,7 @@ def test_layer_view_percent_of_peak(monkeypatch):
     """layer_view's per-op % peak = 100 · TFLOPS / the datasheet peak (and % achievable over the ceiling)."""
     from perf.layer import layer_view
     e = fake_entry()
-    inputs = _fake_make_inputs(dict(M=8, K=64, N=32), dtype=torch.bfloat16, device="cpu",
-                               generator=torch.Generator().manual_seed(2))
-
-    def forward(x):
-        y, _ = e.op(x, inputs["w"], inputs["cache"], index=inputs["index"])
-        return y
-
-    fake_mod = types.ModuleType("ops.deepseek_layer")
-    fake_mod.perf_layer = lambda device, dtype: (forward, (inputs["x"],))
-    monkeypatch.setitem(sys.modules, "ops.deepseek_layer", fake_mod)
-    monkeypatch.setattr(ops, "deepseek_layer", fake_mod, raising=False)
+    _fake_layer(monkeypatch, e, relu=False)
     pk = P.PEAKS["h200_sxm"]
     lv = layer_view("cpu", specs={e.name: e.spec}, peaks=pk, ceilings={"bf16": P.Ceiling(500.0, "test")})
     row = {o["op"]: o for o in lv["views"][0]["ops"]}[e.name]
@@ -876,83 +866,287 @@ def test_rms_norm_dynamic_quant_bytes_formula():
         base + 4 * 128 * 2 + 128 * 4
 
 
-def test_median_graph_us_alternates_the_variants_and_takes_each_ones_median(monkeypatch):
-    """The A/B benches' timing (perf.timers.median_graph_us): every round times every variant in turn (drift hits all
-    alike), graph_time_us gets each variant's calls and the keywords, and each variant's result is its median."""
-    import perf.timers as T
-    seen = []
-    samples = {"a": iter([5.0, 1.0, 3.0]), "b": iter([2.0, 9.0, 4.0])}
-
-    def fake(fns, **kw):
-        name = fns[0]()
-        seen.append((name, len(fns), kw))
-        return T.Timing(0.0, next(samples[name]), 0.0, "cudagraph")
-
-    monkeypatch.setattr(T, "graph_time_us", fake)
-    got = T.median_graph_us({"a": [lambda: "a", lambda: "a"], "b": (lambda: "b",)}, 3, calls=20, replays=10)
-    assert got == {"a": 3.0, "b": 4.0}
-    assert [s[0] for s in seen] == ["a", "b"] * 3
-    assert all(kw == dict(calls=20, replays=10) for _, _, kw in seen) and {s[1] for s in seen} == {1, 2}
-
-
-def test_bench_pdl_ab_cands_parse_ints_and_strings():
-    """--cands of perf/bench_pdl_ab.py: integer values become ints, others stay strings (an mma name), and a part
-    without key:value pairs is refused naming that part."""
-    from perf.bench_pdl_ab import _parse_cands
-    got = _parse_cands("gs=mma:gemv_stream,BLOCK_N:1,dp4a:1; s3=num_stages:3;")
-    assert got == {"gs": {"mma": "gemv_stream", "BLOCK_N": 1, "dp4a": 1}, "s3": {"num_stages": 3}}
-    assert isinstance(got["gs"]["BLOCK_N"], int)
-    for bad in ("s3=num_stages", "s3=num_stages:", "s3"):
-        with pytest.raises(ValueError, match="--cands part"):
-            _parse_cands(bad)
+# ----------------------------------------------------------------------------------------------
+# what the CPU run prints
+# ----------------------------------------------------------------------------------------------
+def test_cpu_run_header_says_what_was_timed_and_leaves_out_empty_columns(tmp_path, capsys):
+    """With only the reference run on CPU: a header naming the device, the timer, the shapes, that nothing was
+    checked (no check column), what each column means, and the CPU's measured ceilings instead of an empty
+    % peak column; the Triton-on-CPU note once, whatever the number of ops."""
+    e, e2 = fake_entry(), fake_entry("perf_test_bad", kernel=_bad_kernel)
+    rc = main(["--device", "cpu", "--ops", f"{e.name},{e2.name}", "--shapes", "decode_b1", "--out",
+               str(tmp_path / "h"), "--quick", "--no-layer", "--no-dispatch"], extra_ops=[e, e2])
+    cap = capsys.readouterr()
+    assert rc == 0
+    out = cap.out
+    assert "ds-ops performance report on cpu" in out and "torch threads" in out
+    assert "timer: wall clock (time.perf_counter)" in out
+    assert "shapes: --shapes decode_b1" in out
+    assert "check: only the reference ran, so there is nothing to compare it with" in out
+    assert "columns:" in out and "% ceil" in out and "bf16 matmul" in out and "GB/s" in out
+    (heading,) = [line for line in out.splitlines() if "µs p50" in line and "shape" in line]
+    assert "% ceil" in heading and "% peak" not in heading and "check" not in heading
+    assert "baseline" not in out
+    both = cap.out + cap.err
+    assert both.count("the Triton kernels run on CPU only under the interpreter") == 2   # once live, once at the end
+    with open(tmp_path / "h" / "summary.md") as f:
+        md = f.read()
+    assert "* timer: wall clock" in md and "* check: only the reference ran" in md
 
 
-def test_bench_layer_graph_steps_variants_and_pdl_all_table():
-    """perf/bench_layer_graph.py's pieces that run without a GPU: --steps parsing (BxS, S within ds::amla's
-    [1, 16]), the variant names, the pdl_all table (pdl on every "cuda" decode bucket of the row ops and
-    quant_matmul with max_m <= 64, nothing else touched, the input not mutated) and the context that plans from it
-    (plans change inside, and are back to the table's after: no memoised plan leaks either way)."""
-    from ops.triton import quant as TQ
-    from perf.bench_layer_graph import parse_steps, pdl_all_table, quant_tables, variant_context
-    assert parse_steps("1x1, 64X2,") == [(1, 1), (64, 2)]
-    for bad in ("64", "0x1", "4x17", "4x0", "ax2", ""):
-        with pytest.raises(ValueError, match="--steps"):
-            parse_steps(bad)
-    with pytest.raises(ValueError, match="unknown variant 'pdl'"):
-        variant_context("pdl", {})
-    base = TQ._all_configs()
-    before = json.dumps(base, sort_keys=True)
-    t = pdl_all_table(base)
-    assert json.dumps(base, sort_keys=True) == before
-    for op in ("dynamic_quant", "rms_norm_dynamic_quant", "quant_matmul"):
-        for b0, b1 in zip(base["cuda"][op]["buckets"], t["cuda"][op]["buckets"]):
-            assert b1.get("pdl", False) == (int(b0["max_m"]) <= 64 or b0.get("pdl", False)), (op, b0)
-            assert {k: v for k, v in b1.items() if k != "pdl"} == {k: v for k, v in b0.items() if k != "pdl"}
-    assert t["ascend"] == base["ascend"]
+@INTERPRETER
+def test_check_column_compares_with_the_reference_when_another_backend_ran(tmp_path, capsys):
+    e = fake_entry()
+    assert main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b1", "--backends", "reference,triton",
+                 "--out", str(tmp_path / "c"), "--quick", "--no-layer", "--no-dispatch"], extra_ops=[e]) == 0
+    out = capsys.readouterr().out
+    assert "check: each backend's outputs against the reference's" in out
+    assert "golden" in out and "PASS" in out and "baseline" not in out
+    (heading,) = [line for line in out.splitlines() if "µs p50" in line and "shape" in line]
+    assert "check" in heading
+
+
+def test_cpu_layer_view_needs_no_profiler(monkeypatch):
+    """On CPU the layer view times each ds call with a wall clock: the torch profiler (whose start/stop log lines
+    went to stderr) is never started; the rest of the layer is the explained '(not a ds op)' row."""
+    import torch.profiler
+    from perf.layer import OTHER, layer_view
+
+    def no_profiler(*a, **k):
+        raise AssertionError("the CPU layer view started the torch profiler")
+
+    monkeypatch.setattr(torch.profiler, "profile", no_profiler)
+    e = fake_entry()
+    _fake_layer(monkeypatch, e)
+    lv = layer_view("cpu", specs={e.name: e.spec})
+    assert lv["available"], lv["reason"]
+    (view,) = lv["views"]
+    assert view["time_basis"].startswith("wall time of one call")
+    ops_ = {o["op"]: o for o in view["ops"]}
+    assert ops_[e.name]["calls"] == 1 and 0 < ops_[e.name]["time_us"] <= view["profiled_us"]
+    assert sum(o["share_pct"] for o in view["ops"]) == pytest.approx(100) and OTHER in ops_
+
+
+# ----------------------------------------------------------------------------------------------
+# Ascend C twin rows: the modeled 910B time
+# ----------------------------------------------------------------------------------------------
+def _twin_entry() -> S.OpEntry:
+    """A fake op with an Ascend C kernel that runs on CPU tensors (as through the twin)."""
+    return fake_entry("perf_test_twin", backend="ascendc")
+
+
+MODEL = {"time_us": 12.5, "pipes": {"MTE2": 11.0, "CUBE": 3.0}, "bound": "memory", "label": "910B3 pipe model"}
+
+
+@pytest.fixture
+def twin(monkeypatch):
+    """The Ascend C twin 'built' and ops._ascendc.modeled returning MODEL (what it was called with in calls)."""
+    from ops import _ascendc
+    calls = []
+    monkeypatch.setattr(_ascendc, "unavailable_reason", lambda device_type="npu": None if device_type == "cpu"
+                        else "no NPU")
+
+    def modeled(op_name, inputs):
+        calls.append((op_name, sorted(inputs)))
+        return dict(MODEL)
+
+    monkeypatch.setattr(_ascendc, "modeled", modeled, raising=False)
+    return calls
+
+
+def test_ascendc_twin_rows_carry_the_modeled_910b_time(tmp_path, capsys, twin):
+    """An Ascend C twin row is checked against the reference like any backend, but its time is the modeled 910B
+    time (never the twin's wall time), its % peak is against the 910B3's peaks, and it says 'modeled 910B' in the
+    row, the table and the header; the reference row beside it keeps its measured CPU time."""
+    e = _twin_entry()
+    out = str(tmp_path / "tw")
+    assert main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b4", "--out", out, "--quick",
+                 "--no-layer", "--no-dispatch"], extra_ops=[e]) == 0
+    text = capsys.readouterr().out
+    rows, js, md = _read(out)
+    ref, tw = rows
+    assert (ref["backend"], ref["time_kind"], tw["backend"], tw["time_kind"]) == \
+        ("reference", "measured", "ascendc", "modeled 910B")
+    assert tw["check"] == "PASS" and twin == [(e.name, ["cache", "index", "scale", "w", "x"])]
+    assert float(tw["us_p50"]) == MODEL["time_us"] and tw["bound"] == "memory"
+    assert "modeled 910B" in tw["timer"] and "MTE2 11 µs" in tw["timer"] and "modeled 910B" in tw["device"]
+    pk = P.PEAKS["ascend_910b3"]
+    flops, nbytes = int(tw["flops"]), int(tw["bytes"])
+    roof_us = max(flops / (pk.bf16.value * 1e12), nbytes / (pk.hbm_tbs.value * 1e12)) * 1e6
+    assert float(tw["pct_peak"]) == pytest.approx(100 * roof_us / MODEL["time_us"])
+    assert float(tw["pct_peak_bw"]) == pytest.approx(100 * nbytes / (MODEL["time_us"] * 1e-6) / (pk.hbm_tbs.value * 1e12))
+    assert ref["pct_peak"] == "" and float(ref["us_p50"]) > 0
+    assert "ascendc (modeled 910B)" in text and "modeled 910B: the Ascend C kernels run through the CPU twin" in text
+    assert "% peak" in text and "golden" in text
+    assert "ascendc (modeled 910B)" in md
+    from perf.repro_check import pick_rows
+    assert {r["backend"] for r in pick_rows(js["rows"], 5, 0)} == {"reference"}     # nothing to re-measure
+
+
+def test_ascendc_twin_row_without_a_model_is_checked_not_timed(tmp_path, monkeypatch, twin):
+    from ops import _ascendc
+    monkeypatch.delattr(_ascendc, "modeled")
+    e = _twin_entry()
+    out = str(tmp_path / "nm")
+    assert main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b1", "--backends", "ascendc", "--out", out,
+                 "--quick", "--no-layer", "--no-dispatch"], extra_ops=[e]) == 2       # nothing was timed
+    (row,) = _read(out)[0]
+    assert row["check"] == "PASS" and row["us_p50"] == "" and "no modeled 910B time: AttributeError" in row["note"]
+
+
+def test_modeled_chip_follows_the_models_label():
+    from perf.modeled import MODELED_CHIP, chip_for
+    assert chip_for("910B2 pipe model").key == "ascend_910b2"
+    assert chip_for("Ascend 910B3").key == "ascend_910b3"
+    assert chip_for("").key == MODELED_CHIP
+
+
+# ----------------------------------------------------------------------------------------------
+# markdown tables, pytest-benchmark, batch invariance
+# ----------------------------------------------------------------------------------------------
+def test_markdown_tables_of_the_committed_h200_report(capsys):
+    """`python -m perf --markdown` prints the committed H200 report (path: perf.report.H200_REPORT) as one table:
+    every timed, passing row, the achieved rate of its bound and that rate's % of the datasheet peak."""
+    from perf.markdown import resolve
+    from perf.report import H200_REPORT, load_json
+    js = load_json(resolve(H200_REPORT))
+    assert main(["--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### NVIDIA H200\n") and out.count("### ") == 1
+    assert "| op | shape | backend | µs | achieved | % of peak | bound |" in out
+    timed = [r for r in js["rows"] if r.get("us_p50") is not None and r["check"] in ("PASS", "baseline")]
+    assert out.count("\n| ") - 1 == len(timed) > 100
+    r = next(r for r in timed if r["backend"] == "triton" and r["bound"] == "memory")
+    from perf.report import _fmt
+    assert (f"| {r['op']} | {r['shape']} | triton | {_fmt(r['us_p50'])} | {_fmt(r['gbps'] / 1e3)} TB/s | "
+            f"{_fmt(r['pct_peak_bw'])} | memory |") in out
+    c = next(r for r in timed if r["backend"] == "triton" and r["bound"] == "compute")
+    assert f"| {_fmt(c['tflops'])} {'TOP/s' if c['compute'] == 'int8' else 'TFLOP/s'} | {_fmt(c['pct_peak_compute'])} |" in out
+    assert main(["--markdown", "--ops", "amla", "--backends", "triton"]) == 0
+    assert capsys.readouterr().out.count("| amla |") == sum(1 for r in timed if r["op"] == "amla"
+                                                           and r["backend"] == "triton")
+
+
+def test_markdown_splits_devices_and_refuses_a_non_report(tmp_path, capsys, twin):
+    e = _twin_entry()
+    out = str(tmp_path / "m")
+    main(["--device", "cpu", "--ops", e.name, "--shapes", "decode_b4", "--out", out, "--quick", "--no-layer",
+          "--no-dispatch"], extra_ops=[e])
+    capsys.readouterr()
+    assert main(["--markdown", out]) == 0
+    text = capsys.readouterr().out
+    assert text.count("### ") == 2 and "(modeled 910B)" in text and "time from the Ascend C pipe model" in text
+    assert main(["--markdown", str(tmp_path / "missing")]) == 2
+    assert "is not a readable perf report" in capsys.readouterr().err
+
+
+def test_pytest_benchmark_runs_the_report_cases(tmp_path):
+    """`pytest perf --benchmark-only` collects one benchmark per op × the report's CPU shapes × runnable backend
+    (the reference on CPU) and records FLOPs, bytes, % of the measured ceiling and the bound in extra_info; the
+    repository's own `pytest` (testpaths) never collects it."""
+    import tomllib
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        assert tomllib.load(f)["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
+    from perf.benchmarks import cases
+    want = cases(torch.device("cpu"))
+    assert want and {b for _, _, b in want} == {"reference"}
+    for e, c, _ in want:
+        assert c.name in e.spec.shapes
+        if any(S.is_cpu_shape(n, s) for n, s in e.spec.shapes.items()):
+            assert S.is_cpu_shape(c.name, e.spec.shapes[c.name])
+    js = tmp_path / "b.json"
+    # a fresh pytest, not an xdist worker (pytest-benchmark disables itself under xdist)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("PYTEST_")}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "perf", "--benchmark-only", "-q", "-k",
+                        "moe_gating_top_k-deepseek_v3_T1-", f"--benchmark-json={js}"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"1 passed, {len(want) - 1} deselected" in r.stdout
+    (b,) = json.loads(js.read_text())["benchmarks"]
+    info = b["extra_info"]
+    assert info["flops"] > 0 and info["bytes"] > 0 and info["bound"] in ("memory", "compute")
+    assert info["pct_ceiling"] > 0 and info["pct_peak"] is None and info["timer"].startswith("wall")
+    assert b["stats"]["rounds"] >= 3 and b["stats"]["min"] > 0
+
+
+def test_benchmark_extra_info_keeps_the_modeled_time_apart(twin):
+    from perf.benchmarks import extra_info, make_runner, run, runnable_backends
+    e = _twin_entry()
     cpu = torch.device("cpu")
-    assert not TQ.plan_quant_matmul(64, 2112, 7168, cpu, backend_key="cuda").get("pdl", False)
-    with quant_tables(t):
-        assert TQ._all_configs() is t
-        assert TQ.plan_quant_matmul(64, 2112, 7168, cpu, backend_key="cuda")["pdl"] is True
-        assert not TQ.plan_quant_matmul(128, 2112, 7168, cpu, backend_key="cuda").get("pdl", False)
-    assert TQ._all_configs() is base
-    assert not TQ.plan_quant_matmul(64, 2112, 7168, cpu, backend_key="cuda").get("pdl", False)
+    assert runnable_backends(e, cpu) == ["reference", "ascendc"]
+    assert runnable_backends(fake_entry(), cpu) == ["reference"]         # the interpreter is not a benchmark
+    runner = make_runner(cpu)
+    case = S.plan_shapes(e, ["decode_b1"], device_type="cpu", quick=True)[0]
+    row = run(runner, e, case, "ascendc")
+    info = extra_info(row)
+    assert row["check"] == "PASS" and row["samples_us"] and info["timer"].startswith("CPU twin wall clock")
+    m = info["modeled 910B"]
+    assert m["time_us"] == MODEL["time_us"] and "modeled 910B" in m["device"] and m["pct_peak"] > 0
+    assert info["device"].startswith("cpu") and info["pct_peak"] is None
 
 
-def test_random_dense_layer_runs_and_its_bytes():
-    """perf.layer.random_layer(dense=True) builds layer 0 with the dense MLP through the public loader, and a step
-    of it runs on the CPU (tiny config); bench_layer_graph.layer_bytes counts each weight tensor once plus the
-    latent cache rows of the step: B·(context + S)·(512 + 64)·2 bytes more per request."""
-    from ops.weights import MLPWeights
-    from perf.bench_layer_graph import layer_bytes
-    from perf.layer import random_layer, random_step
-    cpu = torch.device("cpu")
-    layer = random_layer(cpu, "a8w8", dense=True)
-    assert isinstance(layer.w.mlp, MLPWeights)
-    x, cache = random_step(layer, cpu, 2, 2, 64, 16)
-    y = layer(x, cache)
-    assert y.shape == x.shape and y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
-    w = layer_bytes(layer, 0, 0, 0)
-    mlp = layer.w.mlp
-    assert w > sum(t.numel() * t.element_size() for t in (mlp.gate_up.weight, mlp.down.weight))
-    assert layer_bytes(layer, 2, 2, 64) - w == 2 * 66 * 576 * 2
+def test_amla_batch_invariance_needs_the_mode_and_cuda(monkeypatch, capsys):
+    from perf import batch_invariance as BI
+    monkeypatch.delattr(ops, "batch_invariant", raising=False)
+    assert main(["--amla-batch-invariance"]) == 2
+    assert "ops.batch_invariant() does not exist" in capsys.readouterr().err
+    entered = []
+
+    class Mode:
+        def __enter__(self):
+            entered.append(os.environ.get(BI.ENV))
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(ops, "batch_invariant", Mode, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["--amla-batch-invariance"]) == 2
+    assert "runs on CUDA only" in capsys.readouterr().err
+    monkeypatch.setenv(BI.ENV, "1")
+    with BI.mode(False):
+        assert BI.ENV not in os.environ           # off means off, whatever the environment says
+    assert os.environ[BI.ENV] == "1"
+    names = BI.shape_names()
+    assert len(names) == 36 and set(names) <= set(SPECS["amla"].shapes)
+
+
+def test_part_sets_the_h200_halves():
+    """--part 1 / 2 split the ops of the H200 report in two (every registered op in exactly one), with a budget and
+    a re-run check that fit one device command; explicit options win."""
+    import perf.__main__ as PM
+    assert sorted(PM.PARTS["1"]["ops"] + PM.PARTS["2"]["ops"]) == sorted(SPECS)
+    a = PM.parse_args(["--part", "2", "--device", "cpu", "--out", os.devnull])
+    assert a.ops == PM.PARTS["2"]["ops"] and a.no_layer and a.budget_s == PM.PART_BUDGET_S
+    assert a.repro_check == PM.PART_REPRO_N
+    b = PM.parse_args(["--part", "1", "--ops", "amla", "--budget-s", "10", "--device", "cpu", "--out", os.devnull])
+    assert b.ops == ["amla"] and b.budget_s == 10 and not b.no_layer
+
+
+def test_amla_batch_invariance_times_each_mode_alternately(monkeypatch):
+    """run_grid times off / on / on / off (each timing inside its mode), reports each mode's median, their ratio,
+    and checks the on output against the off one; the table shows both times and the ratio."""
+    from perf import batch_invariance as BI
+    from perf.timers import Timing
+    active, seen = [False], []
+
+    class Mode:
+        def __enter__(self):
+            active[0] = True
+
+        def __exit__(self, *exc):
+            active[0] = False
+
+    def timer(fns, budget_s):
+        seen.append(active[0])
+        fns[-1]()
+        return Timing(0.0, (2.0 if active[0] else 1.0) + 0.1 * len(seen), 0.0, "cudagraph")
+
+    monkeypatch.setattr(ops, "batch_invariant", Mode, raising=False)
+    (row,) = BI.run_grid(["cpu_b2_sq2_n8_l300"], torch.device("cpu"), backend="reference", timer=timer)
+    assert seen == [False, True, True, False]
+    assert row["us_off"] == pytest.approx((1.1 + 1.4) / 2) and row["us_on"] == pytest.approx((2.2 + 2.3) / 2)
+    assert row["ratio"] == pytest.approx(row["us_on"] / row["us_off"])
+    assert row["check"] == "PASS" and row["bitwise_equal"]
+    text = BI.table([row], "cpu")
+    assert "| cpu_b2_sq2_n8_l300 | 1.25 | 2.25 | 1.800 | PASS | yes |" in text
