@@ -170,6 +170,23 @@ def test_auto_falls_back_to_reference_when_no_kernel_can_run(gen, monkeypatch):
         torch.ops.ds.quant_matmul(*args, **kwargs)
 
 
+@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
+def test_auto_on_cpu_is_the_reference(name, gen):
+    """``auto`` on CPU tensors runs the reference even with TRITON_INTERPRET=1 set (the CPU test process sets it):
+    the interpreter, like the Ascend C twin, runs only when forced. It used to switch to interpreted Triton."""
+    args, kwargs = _split(name, _inputs(name, gen, torch.float16))
+    with ops.backend("auto"):
+        assert L.OPS[name].select(args, kwargs)[0] == "reference"
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
+def test_forced_triton_on_cpu_runs_the_interpreter(name, gen):
+    args, kwargs = _split(name, _inputs(name, gen, torch.float16))
+    with ops.backend("triton"):
+        assert L.OPS[name].select(args, kwargs)[0] == "triton"
+
+
 def test_import_ops_without_triton_or_torch_npu():
     """`import ops` and a reference call work when triton and torch_npu cannot be imported."""
     code = (
@@ -234,24 +251,23 @@ def test_triton_interpret_set_after_import_falls_back_with_a_reason():
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
 
 
-# mutation audit, round 2 (session 9): the "auto" order and supports() fallback
 def _kernels(monkeypatch, op, *kernels):
     monkeypatch.setattr(op, "kernels", list(kernels))
 
 
 def test_auto_prefers_ascendc_over_triton_then_falls_back(monkeypatch):
     """auto tries ascendc first, then triton; a kernel whose supports() gives a reason is skipped, and with no
-    kernel left auto runs the reference (an explicit backend raises BackendUnavailable instead)."""
+    kernel left auto runs the reference (an explicit backend raises BackendUnavailable instead). The kernels here
+    claim "meta" tensors: on CPU tensors auto never takes a kernel (test_auto_on_cpu_is_the_reference)."""
     op = ops.moe_gating.moe_gating_top_k
     tri_fn, asc_fn = (lambda *a, **k: "triton"), (lambda *a, **k: "ascendc")
-    monkeypatch.setattr(_ascendc, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(_ascendc, "unavailable_reason", lambda *a: None)
     monkeypatch.setattr(L, "triton_available", lambda: None)
-    monkeypatch.setattr(L, "triton_interpret", lambda: True)
-    x = torch.randn(2, 16)
-    asc = L.Kernel("ascendc", "x", "y", ("cpu",), None, asc_fn)
-    tri_ok = L.Kernel("triton", "x", "y", ("cpu",), None, tri_fn)
-    tri_no = L.Kernel("triton", "x", "y", ("cpu",), lambda *a, **k: "not these inputs", tri_fn)
-    asc_no = L.Kernel("ascendc", "x", "y", ("cpu",), lambda *a, **k: "not these inputs", asc_fn)
+    x = torch.empty(2, 16, device="meta")
+    asc = L.Kernel("ascendc", "x", "y", ("meta",), None, asc_fn)
+    tri_ok = L.Kernel("triton", "x", "y", ("meta",), None, tri_fn)
+    tri_no = L.Kernel("triton", "x", "y", ("meta",), lambda *a, **k: "not these inputs", tri_fn)
+    asc_no = L.Kernel("ascendc", "x", "y", ("meta",), lambda *a, **k: "not these inputs", asc_fn)
     with ops.backend("auto"):
         _kernels(monkeypatch, op, tri_ok, asc)                       # listed triton first: order is the backend's
         assert op.select((x, 2), {})[0] == "ascendc"
@@ -259,6 +275,16 @@ def test_auto_prefers_ascendc_over_triton_then_falls_back(monkeypatch):
         assert op.select((x, 2), {})[0] == "triton"
         _kernels(monkeypatch, op, tri_no, asc_no)
         assert op.select((x, 2), {})[0] == "reference"
+        # kernels that would take CPU tensors: auto still runs the reference there
+        _kernels(monkeypatch, op, L.Kernel("triton", "x", "y", ("cpu",), None, tri_fn),
+                 L.Kernel("ascendc", "x", "y", ("cpu",), None, asc_fn))
+        monkeypatch.setattr(L, "triton_interpret", lambda: True)
+        assert op.select((torch.empty(2, 16), 2), {})[0] == "reference"
+        with ops.backend("triton"):
+            assert op.select((torch.empty(2, 16), 2), {})[0] == "triton"
+        with ops.backend("ascendc"):
+            assert op.select((torch.empty(2, 16), 2), {})[0] == "ascendc"
+        _kernels(monkeypatch, op, tri_no, asc_no)
     with ops.backend("triton"):
         try:
             op.select((x, 2), {})
