@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import ops
 from ops import _ascendc, _library as L
 from ops._library import BackendUnavailable
+from tests.backends import backends_for
 
 # a tiny shape per op for the generic checks (fresh random data from each SPEC.make_inputs)
 TINY = {
@@ -28,13 +29,13 @@ TINY = {
 EXPECTED_OPS = set(TINY)
 
 
-def _inputs(name, gen, dtype=torch.bfloat16):
+def _inputs(name, gen, dtype=torch.bfloat16, device="cpu"):
     spec = ops.SPECS[name]
     shape = dict(TINY[name])
     if name == "moe_gating_top_k":  # fill whatever else the spec's named shapes carry (routed_scaling_factor, ...)
         shape = {**next(iter(spec.shapes.values())), **shape}
     return spec.make_inputs(shape, dtype=torch.float32 if name == "moe_gating_top_k" else dtype,
-                            device="cpu", generator=gen)
+                            device=device, generator=gen)
 
 
 def _split(op_name, inputs):
@@ -94,23 +95,28 @@ def test_eager_call_with_a_missing_or_unknown_argument_names_the_op(name):
         eager(torch.zeros(1), no_such_argument=1)
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
-def test_R1_opcheck(name, gen):
-    inputs = _inputs(name, gen)
+def _op_backends():
+    """(name, Backend) pytest params: every op × every backend that has a kernel for it (backends_for)."""
+    return [pytest.param(name, *p.values, id=f"{name}-{p.id}", marks=p.marks)
+            for name in sorted(EXPECTED_OPS) for p in backends_for(name)]
+
+
+@pytest.mark.parametrize("name,be", _op_backends())
+def test_R1_opcheck(name, be, gen):
+    inputs = _inputs(name, gen, be.dtype(torch.bfloat16), be.device)
     args, kwargs = _split(name, inputs)
-    with ops.backend("reference"):
+    with be.active():
         torch.library.opcheck(getattr(torch.ops.ds, name).default, args, kwargs)
 
 
-@pytest.mark.parametrize("backend", ["reference", "triton"])
-@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
-def test_R2_compile_fullgraph_matches_eager(name, backend, gen):
-    # the Triton path runs under the CPU interpreter, whose bf16 tl.dot is wrong: fp16 there
-    inputs = _inputs(name, gen, torch.float16 if backend == "triton" else torch.bfloat16)
+@pytest.mark.parametrize("name,be", _op_backends())
+def test_R2_compile_fullgraph_matches_eager(name, be, gen):
+    inputs = _inputs(name, gen, be.dtype(torch.bfloat16), be.device)
     args, kwargs = _split(name, inputs)
     op = getattr(torch.ops.ds, name)
     eager_args, eager_kwargs = tuple(map(_clone, args)), {k: _clone(v) for k, v in kwargs.items()}
-    with ops.backend(backend):
+    with be.active():
+        assert L.OPS[name].select(args, kwargs)[0] == be.name
         want = op(*eager_args, **eager_kwargs)
         torch._dynamo.reset()
         got = torch.compile(lambda *a, **k: op(*a, **k), fullgraph=True, backend="aot_eager")(*args, **kwargs)
@@ -119,6 +125,60 @@ def test_R2_compile_fullgraph_matches_eager(name, backend, gen):
     for (a, b) in zip(eager_args, args):  # mutated caches end up identical too
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(b, a, equal_nan=True, rtol=0, atol=0)
+
+
+def _typed_args(kind):
+    """(op, argument) for every argument of an op whose signature declares ``kind`` (bool / int)."""
+    out = []
+    for name in sorted(EXPECTED_OPS):
+        for p in L.OPS[name].signature.parameters.values():
+            ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+            if ann == kind.__name__ or (ann == "" and type(p.default) is kind):
+                out.append(pytest.param(name, p.name, id=f"{name}-{p.name}"))
+    return out
+
+
+def _call_both(name, arg, value, seed):
+    """(eager outcome, torch.ops outcome) of the op with ``arg=value`` on the inputs drawn with ``seed``: the
+    result or the exception raised."""
+    outcomes = []
+    for fn in (L.OPS[name], getattr(torch.ops.ds, name)):
+        inputs = dict(_inputs(name, torch.Generator().manual_seed(seed)), **{arg: value})
+        args, kwargs = _split(name, inputs)
+        try:
+            with ops.backend("reference"):
+                outcomes.append(fn(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001 - compared below
+            outcomes.append(e)
+    return outcomes
+
+
+@pytest.mark.parametrize("name,arg", _typed_args(bool))
+def test_bool_argument_given_an_int_raises_through_torch_ops_too(name, arg):
+    """A bool argument given the int 2 raises on the eager path (``causal must be a bool``); the dispatcher used to
+    turn 2 into True, so ``torch.ops.ds.<op>`` ran. If the schema coerces, the op must validate: both raise the
+    same error."""
+    eager, registered = _call_both(name, arg, 2, seed=3)
+    assert isinstance(eager, (TypeError, ValueError)) and arg in str(eager), eager
+    assert isinstance(registered, Exception), f"torch.ops.ds.{name}({arg}=2) ran; the eager call raises {eager!r}"
+    assert type(registered) is type(eager) and arg in str(registered), registered
+
+
+@pytest.mark.parametrize("name,arg", _typed_args(int))
+def test_int_argument_given_a_bool_is_refused_or_taken_as_the_int(name, arg):
+    """An int argument given True: the eager path refuses it; through torch.ops True is the int 1 to the
+    dispatcher (indistinguishable after parsing), so the op must either raise like the eager path or behave as
+    with 1 (never as anything else)."""
+    eager, registered = _call_both(name, arg, True, seed=3)
+    assert isinstance(eager, (TypeError, ValueError)) and arg in str(eager), eager
+    if isinstance(registered, Exception) and type(registered) is type(eager) and arg in str(registered):
+        return                                                  # refused like the eager path
+    as_one = _call_both(name, arg, 1, seed=3)[1]
+    if isinstance(as_one, Exception) or isinstance(registered, Exception):
+        assert type(registered) is type(as_one), f"{arg}=True gave {registered!r}, {arg}=1 gives {as_one!r}"
+        return
+    for a, b in zip(registered, as_one):
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
