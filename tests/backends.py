@@ -101,6 +101,14 @@ def kernel_backends_for(op_name: str) -> list:
     return backends_for(op_name, reference=False)
 
 
+def op_backend_params(names, *, reference: bool = True, backend: str | None = None) -> list:
+    """pytest params ``(op name, Backend)`` for every op of ``names`` × :func:`backends_for` it (ids
+    ``<op>-<backend id>``, the backends' marks kept); ``backend`` keeps only that backend (e.g. "triton")."""
+    return [pytest.param(name, *p.values, id=f"{name}-{p.id}", marks=p.marks)
+            for name in names for p in backends_for(name, reference=reference)
+            if backend is None or p.values[0].name == backend]
+
+
 @contextlib.contextmanager
 def on(backend: Backend) -> Iterator[Backend]:
     with backend.active():

@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import ops
 from ops import _ascendc, _library as L
 from ops._library import BackendUnavailable
-from tests.backends import backends_for
+from tests.backends import op_backend_params
 
 # a tiny shape per op for the generic checks (fresh random data from each SPEC.make_inputs)
 TINY = {
@@ -95,13 +95,7 @@ def test_eager_call_with_a_missing_or_unknown_argument_names_the_op(name):
         eager(torch.zeros(1), no_such_argument=1)
 
 
-def _op_backends():
-    """(name, Backend) pytest params: every op × every backend that has a kernel for it (backends_for)."""
-    return [pytest.param(name, *p.values, id=f"{name}-{p.id}", marks=p.marks)
-            for name in sorted(EXPECTED_OPS) for p in backends_for(name)]
-
-
-@pytest.mark.parametrize("name,be", _op_backends())
+@pytest.mark.parametrize("name,be", op_backend_params(sorted(EXPECTED_OPS)))
 def test_R1_opcheck(name, be, gen):
     inputs = _inputs(name, gen, be.dtype(torch.bfloat16), be.device)
     args, kwargs = _split(name, inputs)
@@ -109,7 +103,7 @@ def test_R1_opcheck(name, be, gen):
         torch.library.opcheck(getattr(torch.ops.ds, name).default, args, kwargs)
 
 
-@pytest.mark.parametrize("name,be", _op_backends())
+@pytest.mark.parametrize("name,be", op_backend_params(sorted(EXPECTED_OPS)))
 def test_R2_compile_fullgraph_matches_eager(name, be, gen):
     inputs = _inputs(name, gen, be.dtype(torch.bfloat16), be.device)
     args, kwargs = _split(name, inputs)
