@@ -78,7 +78,7 @@ def test_reference_docstring_names_shapes_errors_and_source(name):
     assert "Raises (this op): TypeError / ValueError naming the argument" in eager.__doc__
     # inspect / help / IDEs see the op's arguments and defaults, not (*args, **kwargs)
     assert inspect.signature(eager) == inspect.signature(fn)
-    # help(torch.ops.ds.<op>) too: it was empty (session 9 docstring audit)
+    # help(torch.ops.ds.<op>) too: it was empty
     packet = getattr(torch.ops.ds, name)
     assert packet.__doc__ == packet.default.__doc__ == eager.__doc__
 
@@ -86,7 +86,7 @@ def test_reference_docstring_names_shapes_errors_and_source(name):
 @pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
 def test_eager_call_with_a_missing_or_unknown_argument_names_the_op(name):
     """A missing or misspelled argument used to be reported against the private check (``_check() missing 1
-    required positional argument``: new-user finding, session 8); it now names ``ds::<op>``."""
+    required positional argument``: a new-user finding); it now names ``ds::<op>``."""
     eager = getattr(importlib.import_module({"amla": "ops.amla", "mla_prolog": "ops.mla_prolog",
                                              "moe_gating_top_k": "ops.moe_gating"}.get(name, "ops.quant")), name)
     with pytest.raises(TypeError, match=rf"^ds::{name}\(\) (missing|got an unexpected)"):
@@ -281,7 +281,7 @@ def test_environment_switches_are_validated_and_spelled_as_users_do(monkeypatch)
 def test_triton_interpret_set_after_import_falls_back_with_a_reason():
     """TRITON_INTERPRET=1 set after triton was imported (``import torch, ops`` imports it): triton's own helpers
     (tl.cdiv) are compiled-mode, so a kernel died with "Cannot call @triton.jit'd outside of the scope of a kernel"
-    even under the "auto" backend (adversarial finding, session 8). Now auto runs the reference and an explicit
+    even under the "auto" backend (adversarial finding). Now auto runs the reference and an explicit
     "triton" raises BackendUnavailable saying why. Runs in a fresh interpreter (this one imported triton in
     interpreter mode)."""
     code = (

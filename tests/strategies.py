@@ -1,0 +1,68 @@
+"""Input builders and Hypothesis strategies shared by several test suites (CPU and GPU).
+
+Each op's own random inputs come from its ``OpSpec.make_inputs`` (``ops.SPECS[name]``); what lives here is what
+more than one suite needs beyond that: the same logical AMLA keys paged two ways, int8 GEMM operands, and the
+strategies for sequence lengths.
+"""
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+
+def paged_amla_inputs(B: int, S_q: int, N: int, lens, block_size: int, dtype: torch.dtype, device, gen: torch.Generator,
+                      *, unused: int = -1, extra_blocks: int = 2, spare: int = 3, Dc: int = 512, Dr: int = 64,
+                      c_kv: torch.Tensor | None = None, k_rope: torch.Tensor | None = None, q=None):
+    """Random AMLA queries and a paged cache holding per-request keys, pages in random order.
+
+    lens: B key counts (0 allowed); ``gen``: a generator on ``device``. Every unused slot of a last page and every
+    spare page is NaN; unused block_table entries hold ``unused`` (−1, or a huge id: the kernels must not read
+    them). ``c_kv`` / ``k_rope`` [B, Lmax, Dc | Dr] and ``q`` = (q_nope, q_rope) may be given to page the same
+    logical data differently (page order, block size).
+    Returns ((q_nope [B, S_q, N, Dc], q_rope [B, S_q, N, Dr], kv_cache [num_blocks, block_size, 1, Dc],
+    kr_cache [num_blocks, block_size, 1, Dr], block_table [B, max_blocks] int32, seq_lens [B] int32),
+    (c_kv, k_rope)): the positional ``ds::amla`` tensors and the logical keys.
+    """
+    lens = [int(x) for x in lens]
+    Lmax = max(lens + [1])
+    if c_kv is None:
+        c_kv = torch.randn(B, Lmax, Dc, generator=gen, device=device).to(dtype)
+        k_rope = torch.randn(B, Lmax, Dr, generator=gen, device=device).to(dtype)
+    if q is None:
+        q = (torch.randn(B, S_q, N, Dc, generator=gen, device=device).to(dtype),
+             torch.randn(B, S_q, N, Dr, generator=gen, device=device).to(dtype))
+    per = [-(-L // block_size) for L in lens]
+    nb = sum(per) + spare
+    order = torch.randperm(nb, generator=gen, device=device)
+    kv = torch.full((nb, block_size, 1, Dc), float("nan"), dtype=dtype, device=device)
+    kr = torch.full((nb, block_size, 1, Dr), float("nan"), dtype=dtype, device=device)
+    bt = torch.full((B, max(per + [0]) + extra_blocks), unused, dtype=torch.int32, device=device)
+    start = 0
+    for b, (L, n) in enumerate(zip(lens, per)):
+        if n == 0:
+            continue
+        pages = order[start:start + n]
+        start += n
+        bt[b, :n] = pages.to(torch.int32)
+        for cache, keys in ((kv, c_kv), (kr, k_rope)):
+            full = torch.full((n * block_size, keys.shape[-1]), float("nan"), dtype=dtype, device=device)
+            full[:L] = keys[b, :L]
+            cache[pages] = full.view(n, block_size, 1, keys.shape[-1])
+    sl = torch.tensor(lens, dtype=torch.int32, device=device)
+    return (q[0], q[1], kv, kr, bt, sl), (c_kv, k_rope)
+
+
+def int8_matmul_operands(M: int, K: int, N: int, gen: torch.Generator, device="cpu"):
+    """Random ``quant_matmul`` operands: x_int8 [M, K] and weight_int8 [K, N] (row-major) int8 in [−127, 127],
+    weight_scale [N] fp32 sized so outputs are O(1), x_scale [M] fp32 (per-token). ``gen`` on ``device``."""
+    x = torch.randint(-127, 128, (M, K), generator=gen, device=device, dtype=torch.int8)
+    w = torch.randint(-127, 128, (K, N), generator=gen, device=device, dtype=torch.int8)
+    ws = (0.5 + torch.rand(N, generator=gen, device=device)) / (127.0 * max(K, 1) ** 0.5)
+    xs = (0.5 + torch.rand(M, generator=gen, device=device)) / 127.0
+    return x, w, ws, xs
+
+
+def seq_lens(max_len: int, *, min_size: int = 1, max_size: int = 6):
+    """Strategy: a list of per-request key counts in [0, max_len], weighted towards the edges (0, 1, max_len)."""
+    one = st.one_of(st.sampled_from([0, 1, max_len]), st.integers(0, max_len))
+    return st.lists(one, min_size=min_size, max_size=max_size)
