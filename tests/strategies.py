@@ -52,13 +52,25 @@ def paged_amla_inputs(B: int, S_q: int, N: int, lens, block_size: int, dtype: to
     return (q[0], q[1], kv, kr, bt, sl), (c_kv, k_rope)
 
 
-def int8_matmul_operands(M: int, K: int, N: int, gen: torch.Generator, device="cpu"):
-    """Random ``quant_matmul`` operands: x_int8 [M, K] and weight_int8 [K, N] (row-major) int8 in [−127, 127],
-    weight_scale [N] fp32 sized so outputs are O(1), x_scale [M] fp32 (per-token). ``gen`` on ``device``."""
-    x = torch.randint(-127, 128, (M, K), generator=gen, device=device, dtype=torch.int8)
+def int8_weight(K: int, N: int, gen: torch.Generator, device="cpu"):
+    """A random ``quant_matmul`` weight: weight_int8 [K, N] (row-major) int8 in [−127, 127] and its per-channel
+    scale weight_scale [N] fp32, sized so outputs are O(1). ``gen`` on ``device``."""
     w = torch.randint(-127, 128, (K, N), generator=gen, device=device, dtype=torch.int8)
-    ws = (0.5 + torch.rand(N, generator=gen, device=device)) / (127.0 * max(K, 1) ** 0.5)
-    xs = (0.5 + torch.rand(M, generator=gen, device=device)) / 127.0
+    return w, (0.5 + torch.rand(N, generator=gen, device=device)) / (127.0 * max(K, 1) ** 0.5)
+
+
+def int8_activations(M: int, K: int, gen: torch.Generator, device="cpu"):
+    """Random ``quant_matmul`` activations: x_int8 [M, K] int8 in [−127, 127] and the per-token scale x_scale [M]
+    fp32. ``gen`` on ``device``."""
+    x = torch.randint(-127, 128, (M, K), generator=gen, device=device, dtype=torch.int8)
+    return x, (0.5 + torch.rand(M, generator=gen, device=device)) / 127.0
+
+
+def int8_matmul_operands(M: int, K: int, N: int, gen: torch.Generator, device="cpu"):
+    """(x_int8 [M, K], weight_int8 [K, N], weight_scale [N], x_scale [M]): :func:`int8_activations` and
+    :func:`int8_weight`."""
+    x, xs = int8_activations(M, K, gen, device)
+    w, ws = int8_weight(K, N, gen, device)
     return x, w, ws, xs
 
 

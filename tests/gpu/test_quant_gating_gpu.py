@@ -21,7 +21,7 @@ from ops.triton import moe_gating as TG
 from ops.triton import quant as TQ
 from reference import moe_gating as RG
 from reference import quant as RQ
-from tests.strategies import int8_matmul_operands
+from tests.strategies import int8_activations, int8_matmul_operands, int8_weight
 from tests.tolerances import assert_close, poisoned_empty
 
 pytestmark = pytest.mark.gpu
@@ -129,13 +129,11 @@ def test_rms_norm_dynamic_quant_exact_but_near_ties(dtype, H, gen):
 # ---------------------------------------------------------------------------------------------- quant_matmul
 @pytest.mark.parametrize("name,K,N", QMM_SHAPES, ids=[s[0] for s in QMM_SHAPES])
 def test_quant_matmul_deepseek_shapes(name, K, N, gen):
-    w = torch.randint(-127, 128, (K, N), generator=gen, device=DEV, dtype=torch.int8)
+    w, ws = int8_weight(K, N, gen, DEV)
     wk = RQ.pack_weight(w, "cuda")
-    ws = (0.5 + torch.rand(N, generator=gen, device=DEV)) / (127.0 * K ** 0.5)
     bias = torch.randn(N, generator=gen, device=DEV)
     for M in MS:
-        x = torch.randint(-127, 128, (M, K), generator=gen, device=DEV, dtype=torch.int8)
-        xs = (0.5 + torch.rand(M, generator=gen, device=DEV)) / 127.0
+        x, xs = int8_activations(M, K, gen, DEV)
         ref = RQ.quant_matmul(x, w, ws, xs, bias=bias, out_dtype=torch.bfloat16)
         for ww in [wk] + ([w] if M in (1, 17, 256) else []):             # K-major; row-major at three M
             _bf16_close(TQ.quant_matmul(x, ww, ws, xs, bias=bias, out_dtype=torch.bfloat16), ref)
@@ -216,13 +214,11 @@ def test_decode_plans_of_the_cuda_table_are_exact(name, K, N, gen):
     """Every decode M (≤ 128, at and inside bucket edges; 65 / 100 a partial 128-row tile) through whatever plan
     the "cuda" table gives it: bf16 and fp32 out without bias bit-identical to the exact reference, with bias the
     bf16 tolerance."""
-    w = torch.randint(-127, 128, (K, N), generator=gen, device=DEV, dtype=torch.int8)
+    w, ws = int8_weight(K, N, gen, DEV)
     wk = RQ.pack_weight(w, "cuda")
-    ws = (0.5 + torch.rand(N, generator=gen, device=DEV)) / (127.0 * K ** 0.5)
     bias = torch.randn(N, generator=gen, device=DEV)
     for M in DECODE_MS:
-        x = torch.randint(-127, 128, (M, K), generator=gen, device=DEV, dtype=torch.int8)
-        xs = (0.5 + torch.rand(M, generator=gen, device=DEV)) / 127.0
+        x, xs = int8_activations(M, K, gen, DEV)
         TQ.plan_quant_matmul(M, N, K, torch.device(DEV), backend_key="cuda")      # the table parses for every M
         for od in ((torch.bfloat16, torch.float32) if M in (1, 100) else (torch.bfloat16,)):
             out = TQ.quant_matmul_config(x, wk, ws, xs, out_dtype=od, backend_key="cuda")
