@@ -2,7 +2,7 @@
 
 Each op's own random inputs come from its ``OpSpec.make_inputs`` (``ops.SPECS[name]``); what lives here is what
 more than one suite needs beyond that: the same logical AMLA keys paged two ways, int8 GEMM operands, and the
-strategies for sequence lengths.
+Hypothesis strategies of the AMLA paging edges and of valid grouped top-k layouts.
 """
 from __future__ import annotations
 
@@ -74,7 +74,21 @@ def int8_matmul_operands(M: int, K: int, N: int, gen: torch.Generator, device="c
     return x, w, ws, xs
 
 
-def seq_lens(max_len: int, *, min_size: int = 1, max_size: int = 6):
-    """Strategy: a list of per-request key counts in [0, max_len], weighted towards the edges (0, 1, max_len)."""
-    one = st.one_of(st.sampled_from([0, 1, max_len]), st.integers(0, max_len))
-    return st.lists(one, min_size=min_size, max_size=max_size)
+def amla_seq_lens(block_size: int, batch: int, *, max_len: int = 300):
+    """Strategy: ``batch`` per-request key counts weighted towards the edges of the paging: 0, 1–4, one page ± 1
+    key (``block_size`` − 1, ``block_size``, ``block_size`` + 1), else anything up to ``max_len``."""
+    one = st.one_of(st.just(0), st.integers(1, 4), st.sampled_from([block_size - 1, block_size, block_size + 1]),
+                    st.integers(0, max_len))
+    return st.lists(one, min_size=batch, max_size=batch)
+
+
+@st.composite
+def gating_groups(draw, *, group_counts=(1, 2, 4, 8), experts_per_group=st.sampled_from([2, 3, 8, 32]),
+                  max_k: int = 16):
+    """Strategy: a valid grouped top-k routing layout for ``moe_gating_top_k``: dict(E, group_count, k_group, k)
+    with E = group_count · per-group experts, 1 ≤ k_group ≤ group_count, 1 ≤ k ≤ min(k_group · per, max_k)."""
+    group_count = draw(st.sampled_from(list(group_counts)))
+    per = draw(experts_per_group)
+    k_group = draw(st.integers(1, group_count))
+    return dict(E=group_count * per, group_count=group_count, k_group=k_group,
+                k=draw(st.integers(1, min(k_group * per, max_k))))
