@@ -11,9 +11,11 @@ One helper, :class:`DsOp`, turns a pure-PyTorch reference into a ``torch.library
   when not compiling, while ``torch.ops.ds.<name>`` stays the registered op for engines and graphs.
 
 Backends: ``reference`` (pure PyTorch), ``triton`` (CUDA; NPU via triton-ascend; CPU under
-``TRITON_INTERPRET=1``), ``ascendc`` (NPU, needs the built library). ``auto`` picks the best one that
-can run and falls back to the reference; an explicitly requested backend that cannot run raises
-:class:`BackendUnavailable` with the reason.
+``TRITON_INTERPRET=1``), ``ascendc`` (NPU, needs the built library; CPU through the twin build). ``auto`` picks
+the best one that can run and falls back to the reference; on CPU tensors ``auto`` always runs the reference
+(``TRITON_INTERPRET=1`` changes nothing there: the interpreter and the twin run only when forced with
+:func:`backend`). An explicitly requested backend that cannot run raises :class:`BackendUnavailable` with the
+reason.
 """
 from __future__ import annotations
 
@@ -317,11 +319,16 @@ class DsOp:
         return impl
 
     def select(self, args: Sequence[Any], kwargs: dict) -> tuple[str, Callable]:
-        """(backend name, callable) that would run these inputs under the current backend switch."""
+        """(backend name, callable) that would run these inputs under the current backend switch. ``auto``: the
+        reference on CPU tensors, else the first of Ascend C, Triton that can take the inputs, else the reference."""
         want = current_backend()
         if want == "reference":
             return "reference", self.reference
         dev = _device_type_of(args, kwargs)
+        if want == "auto" and dev == "cpu":
+            # CPU tensors: the reference. The interpreted Triton kernels and the Ascend C CPU twin are test
+            # vehicles, run only when forced with ops.backend("triton" | "ascendc").
+            return "reference", self.reference
         reasons = []
         order = [want] if want != "auto" else ["ascendc", "triton"]
         for bname in order:

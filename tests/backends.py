@@ -9,7 +9,8 @@ through the CPU twin, say) is tested by the existing suites with no new test cod
         with be.active():
             out = ops.amla.amla(**inputs)
 
-A backend that cannot run in this process is a *skipped* parameter with the reason, never a silent absence:
+A backend that cannot run in this process is a *skipped* parameter with the reason, never a silent absence: the
+parameters carry the markers and tests/conftest.py skips a marker's tests with the reason where they cannot run.
 ``triton`` runs for real on CUDA (marked ``gpu``) and under ``TRITON_INTERPRET=1`` on CPU tensors (marked
 ``interpreter``); ``ascendc`` runs on CPU tensors through the twin build (marked ``ascendc``).
 """
@@ -61,44 +62,41 @@ def _op_has_backend(op_name: str, backend: str) -> bool:
     return any(k.backend == backend for k in _library.OPS[op_name].kernels)
 
 
-def _triton_param(op_name: str):
+def _triton_param():
     if torch.cuda.is_available():
         return pytest.param(Backend("triton", "cuda"), id="triton-cuda", marks=pytest.mark.gpu)
     b = Backend("triton", "cpu", interpreted=True)
-    why = _library.triton_available()
-    if why is None and not _library.triton_interpret():
-        why = "Triton runs on CPU tensors only under TRITON_INTERPRET=1 (set it before starting Python)"
-    marks = [pytest.mark.interpreter]
-    if why:
-        marks.append(pytest.mark.skip(reason=why))
-    return pytest.param(b, id=b.id, marks=marks)
+    return pytest.param(b, id=b.id, marks=pytest.mark.interpreter)
 
 
-def _ascendc_param(op_name: str):
-    from ops import _ascendc
+def _ascendc_param():
     b = Backend("ascendc", "cpu")
-    why = _ascendc.unavailable_reason("cpu")
-    marks = [pytest.mark.ascendc]
-    if why:
-        marks.append(pytest.mark.skip(reason=why))
-    return pytest.param(b, id=b.id, marks=marks)
+    return pytest.param(b, id=b.id, marks=pytest.mark.ascendc)
 
 
 def backends_for(op_name: str, *, reference: bool = True) -> list:
     """pytest params (values: :class:`Backend`) for every backend that has a kernel for ``ds::op_name``:
-    the reference (unless ``reference=False``), Triton, Ascend C; skipped with the reason where this process
-    cannot run one."""
+    the reference (unless ``reference=False``), Triton, Ascend C, each with its marker (``gpu`` / ``interpreter`` /
+    ``ascendc``: skipped with the reason where this process cannot run it)."""
     out = [pytest.param(Backend("reference", "cpu"), id="reference")] if reference else []
     if _op_has_backend(op_name, "triton"):
-        out.append(_triton_param(op_name))
+        out.append(_triton_param())
     if _op_has_backend(op_name, "ascendc"):
-        out.append(_ascendc_param(op_name))
+        out.append(_ascendc_param())
     return out
 
 
 def kernel_backends_for(op_name: str) -> list:
     """:func:`backends_for` without the reference (tests that compare a kernel with the reference)."""
     return backends_for(op_name, reference=False)
+
+
+def op_backend_params(names, *, reference: bool = True, backend: str | None = None) -> list:
+    """pytest params ``(op name, Backend)`` for every op of ``names`` × :func:`backends_for` it (ids
+    ``<op>-<backend id>``, the backends' marks kept); ``backend`` keeps only that backend (e.g. "triton")."""
+    return [pytest.param(name, *p.values, id=f"{name}-{p.id}", marks=p.marks)
+            for name in names for p in backends_for(name, reference=reference)
+            if backend is None or p.values[0].name == backend]
 
 
 @contextlib.contextmanager

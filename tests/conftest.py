@@ -1,4 +1,25 @@
-"""Test set-up: Triton interpreter on CPU-only machines, Hypothesis profiles, seeds."""
+"""Test set-up: the Triton interpreter on CPU-only machines, the markers, Hypothesis profiles, seeds.
+
+Markers (pyproject's ``[tool.pytest.ini_options]``), each skipped with the reason where it cannot run:
+
+* ``interpreter``: runs a Triton kernel on CPU tensors. Needs ``TRITON_INTERPRET=1`` set before Python starts;
+  this file sets it on a machine without CUDA. On a CUDA machine the interpreter stays off (it is process-wide and
+  the CUDA tests need the compiler), so these tests are skipped there; run them with
+  ``TRITON_INTERPRET=1 pytest -m interpreter``. A test also marked ``gpu`` is not skipped by a module-wide
+  ``interpreter`` mark on CUDA (it runs CUDA tensors).
+* ``gpu``: needs a CUDA device. The GPU suite is ``pytest -m gpu`` on a CUDA machine (tests/gpu/ and the
+  ``triton-cuda`` backend parameters of every correctness suite).
+* ``ascendc``: runs an Ascend C kernel through the CPU twin; skipped while ``ops._ascendc.unavailable_reason("cpu")``
+  gives a reason.
+* ``slow``: takes more than a few seconds on 2 cores (deselect with ``-m "not slow"``).
+
+Hypothesis profiles, chosen with ``HYPOTHESIS_PROFILE``:
+
+* ``ci`` (default): derandomised (the same examples every run), 25 examples per test, no deadline; a failure
+  prints the blob that reproduces it (``@reproduce_failure``).
+* ``deep``: 500 examples per test, NOT derandomised (new examples every run), no deadline, blobs printed; for a
+  long hunt on a developer machine: ``HYPOTHESIS_PROFILE=deep pytest -n 2 tests/test_amla.py``.
+"""
 import os
 
 import pytest
@@ -10,9 +31,11 @@ if not torch.cuda.is_available():
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=25, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("dev", deadline=None, max_examples=100)
+                          suppress_health_check=_SLOW_OK)
+settings.register_profile("deep", derandomize=False, deadline=None, max_examples=500, print_blob=True,
+                          suppress_health_check=_SLOW_OK)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # one thread per pytest worker: tiny matmuls on 2 busy cores are far faster single-threaded
@@ -35,20 +58,35 @@ def has_triton() -> bool:
 
 requires_triton = pytest.mark.skipif(not has_triton(), reason="triton is not installed")
 
-# On a CUDA machine the interpreter is off (it is process-wide, and the CUDA tests need the compiler), so the tests
-# that run Triton kernels on CPU tensors cannot run there: they are reported as skipped with the way to run them,
-# not as ~200 failures. Only that exact reason is turned into a skip; CI (no CUDA) sets the interpreter above.
-_INTERPRETER_ONLY = "Triton runs on CPU tensors only under TRITON_INTERPRET=1"
+
+def _marker_skips() -> dict:
+    """marker name -> the reason its tests cannot run in this process (absent: they can)."""
+    from ops import _ascendc, _library
+    why = {}
+    interp = _library.triton_available()
+    if interp is None and not _library.triton_interpret():
+        interp = ("a Triton-interpreter test (CPU tensors): the interpreter is off here (a CUDA machine); run it "
+                  "with TRITON_INTERPRET=1 pytest -m interpreter")
+    if interp:
+        why["interpreter"] = interp
+    if not torch.cuda.is_available():
+        why["gpu"] = "needs a CUDA device (the GPU suite: pytest -m gpu on a CUDA machine)"
+    asc = _ascendc.unavailable_reason("cpu")
+    if asc:
+        why["ascendc"] = asc
+    return why
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item):
-    outcome = yield
-    exc = outcome.excinfo[1] if outcome.excinfo else None
-    if exc is not None and _INTERPRETER_ONLY in str(exc) and os.environ.get("TRITON_INTERPRET") != "1":
-        outcome.force_exception(pytest.skip.Exception(
-            "a CPU-interpreter test: on a CUDA machine run it with TRITON_INTERPRET=1 (the GPU checks are tests/gpu/)",
-            _use_item_location=True))
+def pytest_collection_modifyitems(config, items):
+    why = _marker_skips()
+    for item in items:
+        for name, reason in why.items():
+            if item.get_closest_marker(name) is None:
+                continue
+            if name == "interpreter" and item.get_closest_marker("gpu") is not None and "gpu" not in why:
+                continue
+            item.add_marker(pytest.mark.skip(reason=reason))
+            break
 
 
 def run_uninterpreted(code: str, timeout: int):

@@ -1,9 +1,9 @@
-"""HF-independent pieces of the DeepSeek-V3 layer check (tests/test_layer_hf.py, tests/gpu/check_layer.py).
+"""HF-independent pieces of the DeepSeek-V3 layer check (tests/test_layer_hf.py, tests/gpu/test_layer_gpu.py).
 
 A small DeepSeek-V3 configuration with MLA's real dims, a random state dict with HF names, an independent
 fp32 emulation of the decoder layer (optionally rounding to bf16 where the ds ops round), the prompt +
 decode-step driver for ops.deepseek_layer, the comparison metrics, and the measured bounds.
-No transformers import here, so the GPU box (no transformers) can run tests/gpu/check_layer.py.
+No transformers import here, so the GPU box (no transformers) can run tests/gpu/test_layer_gpu.py.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def small_config(**over) -> types.SimpleNamespace:
     return types.SimpleNamespace(**{**HF_KW, "rope_interleave": True, **over})
 
 
-def _bf(t: torch.Tensor) -> torch.Tensor:
+def bf16_round(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.bfloat16).float()
 
 
@@ -57,10 +57,10 @@ def make_state_dict(cfg, gen: torch.Generator) -> dict[str, torch.Tensor]:
     D, Dr, V, E, I = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.n_routed_experts, cfg.moe_intermediate_size
 
     def w(o, i):
-        return _bf(torch.randn(o, i, generator=gen) / i ** 0.5)
+        return bf16_round(torch.randn(o, i, generator=gen) / i ** 0.5)
 
     def gamma(n):
-        return _bf(1 + 0.2 * torch.randn(n, generator=gen))
+        return bf16_round(1 + 0.2 * torch.randn(n, generator=gen))
 
     sd = {}
     for li in range(cfg.num_hidden_layers):
@@ -202,10 +202,10 @@ def segments() -> list[tuple[int, int]]:
     return out
 
 
-def our_run(layers: list[DeepseekV3DecodeLayer], x: torch.Tensor, *, seed: int = 7
+def our_run(layers: list[DeepseekV3DecodeLayer], x: torch.Tensor, *, seed: int = 7, backend: str = BACKEND
             ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
-    """x [B, SEQ, He] through ``layers`` (chained) as prompt prefill + decode steps with a fresh paged cache.
-    Returns (each layer's output [B, SEQ, He] fp32 CPU, each layer's expert ids [B·SEQ, k] sorted, or None)."""
+    """x [B, SEQ, He] through ``layers`` (chained) as prompt prefill + decode steps with a fresh paged cache, under
+    the ops backend ``backend`` (default: :data:`BACKEND`). Returns (each layer's output [B, SEQ, He] fp32 CPU, each layer's expert ids [B·SEQ, k] sorted, or None)."""
     cfg = layers[0].cfg
     L = x.shape[1]
     nb = -(-L // BLOCK)
@@ -216,7 +216,7 @@ def our_run(layers: list[DeepseekV3DecodeLayer], x: torch.Tensor, *, seed: int =
         la.routing_log = [] if la.w.is_moe else None
     xb = x.to(DEVICE, torch.bfloat16)
     pieces: list[list[torch.Tensor]] = [[] for _ in layers]
-    with ops.backend(BACKEND):
+    with ops.backend(backend):
         for si, (a, b) in enumerate(segments()):
             outs = (prefill(layers, xb[:, a:b], cache, chunk=CHUNK) if si == 0
                     else decode_step(layers, xb[:, a:b], cache))
@@ -300,13 +300,13 @@ STACKED_VS_HF = {"bf16": dict(out_cos=1e-4, upd_cos=2e-4, out_rel=2.5e-2, upd_re
 # near-tie routing flips: (margin threshold, max tokens of 24). Worst flipped margin / count measured:
 # vs emulation none; bf16 6.4e-4 / 2; a8w8 6.0e-3 / 3; stacked bf16 5.2e-3 / 1; stacked a8w8 1.8e-2 / 2.
 # The routing-bug control (test_negative_control_gate_bias: one expert's bias +0.3) flips 8 of 24 tokens, at margins
-# 2.1e-5, 2.1e-3, 3.8e-3, 1.5e-2, 3.0e-2, 3.2e-2, 5.5e-2, 1.2e-1 (session 8, CPU): it fails on the count (8 > 4 or 6)
+# 2.1e-5, 2.1e-3, 3.8e-3, 1.5e-2, 3.0e-2, 3.2e-2, 5.5e-2, 1.2e-1 (CPU): it fails on the count (8 > 4 or 6)
 # and on the margins at every threshold below (5 flips ≥ 1.5e-2 at the 1e-2 / 1.2e-2 ones, 2 at 4e-2).
 TIE = {"emulation": (1e-3, 2), "bf16": (2e-3, 4), "a8w8": (1.5e-2, 6), "stacked-bf16": (1.2e-2, 4),
        "stacked-a8w8": (4e-2, 6)}
 if BACKEND != "reference":
     # Triton kernels sum in another order than the reference (as BF16_VS_EMULATION's kernel bound above): on the
-    # H200 (tests/gpu/check_layer.py, 2026-11-30) one token of 24 flipped at margins 2.1e-3 (vs HF fp32) and
-    # 2.7e-3 (vs the emulated bf16 chain); check_layer.py prints each left-out token's margin (token@margin)
+    # H200 (tests/gpu/test_layer_gpu.py) one token of 24 flipped at margins 2.1e-3 (vs HF fp32) and 2.7e-3 (vs
+    # the emulated bf16 chain); the test's failure message gives each left-out token's margin (token@margin)
     TIE.update({"emulation": (1e-2, 2), "bf16": (1e-2, 4)})
 

@@ -1,4 +1,4 @@
-"""The Python examples in README.md and docs/ops/*.md run as written (CPU, default backend).
+"""The Python examples in README.md, docs/*.md and docs/ops/*.md run as written (CPU, default backend).
 
 Every ```python block whose first line is an import is executed in a fresh namespace from the repository
 root; blocks that need what a CPU CI machine does not have are listed in SKIP with the reason. Signature
@@ -12,7 +12,7 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FILES = [ROOT / "README.md"] + sorted((ROOT / "docs" / "ops").glob("*.md"))
+FILES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "docs" / "ops").glob("*.md"))
 
 # (file name, the block's heading) -> why it is not run here
 SKIP = {

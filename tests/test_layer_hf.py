@@ -47,7 +47,7 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (  # noqa: E402
 from ops.deepseek_layer import DeepseekV3DecodeLayer, PagedCache, softmax_scale_of, yarn_inv_freq  # noqa: E402
 from ops.weights import LayerConfig, collect_calibration, load_layer_weights  # noqa: E402
 from tests.layer_harness import (  # noqa: E402
-    A8W8_VS_HF, BATCH, BF16_VS_EMULATION, BF16_VS_HF, DENSE, DEVICE, HF_KW, MOE, SEQ, STACKED_VS_HF, TIE, _bf,
+    A8W8_VS_HF, BATCH, BF16_VS_EMULATION, BF16_VS_HF, DENSE, DEVICE, HF_KW, MOE, SEQ, STACKED_VS_HF, TIE, bf16_round,
     check_bounds,
     compare, emulate, layer_sd, make_state_dict, our_run)
 from tests.tolerances import TOLERANCES  # noqa: E402
@@ -102,7 +102,7 @@ def setup():
     cfg = hf_config()
     gen = torch.Generator().manual_seed(0)
     sd = make_state_dict(cfg, gen)
-    x = _bf(torch.randn(BATCH, SEQ, cfg.hidden_size, generator=gen))
+    x = bf16_round(torch.randn(BATCH, SEQ, cfg.hidden_size, generator=gen))
     hf = [hf_layer(cfg, sd, li) for li in range(2)]
     ref, logits = zip(*[(o[0], lg[0]) for o, lg in (hf_run([hf[li]], cfg, x) for li in range(2))])
     return dict(cfg=cfg, sd=sd, x=x, hf=hf, ref=list(ref), logits=list(logits))
@@ -225,7 +225,7 @@ def check_stacked(setup, mode):
     # the dense layer's output equals the single-layer run (the MoE layer's cache is separate)
     if mode == "bf16":
         assert torch.equal(outs[0], run_bf16(setup, DENSE)[0])
-    m, drop, bad = compare(outs[1], refs[1], _bf(refs[0]), ids=ids[1], ref_logits=logits[1], bias=bias_of(setup, MOE),
+    m, drop, bad = compare(outs[1], refs[1], bf16_round(refs[0]), ids=ids[1], ref_logits=logits[1], bias=bias_of(setup, MOE),
                            cfg=cfg, tie=TIE[f"stacked-{mode}"])
     bad += check_bounds(m, STACKED_VS_HF[mode])
     assert not bad, (m, drop, bad)
@@ -267,7 +267,7 @@ def test_negative_control_kv_a_row(setup):
     DESIGN-tolerance check vs the emulation and the bound vs HF must both fail."""
     gen = torch.Generator().manual_seed(99)
     name = f"model.layers.{DENSE}.self_attn.kv_a_proj_with_mqa.weight"
-    sd2 = perturbed(setup["sd"], name, lambda w: w.index_copy_(0, torch.tensor([17]), _bf(torch.randn(1, w.shape[1], generator=gen) / w.shape[1] ** 0.5)))
+    sd2 = perturbed(setup["sd"], name, lambda w: w.index_copy_(0, torch.tensor([17]), bf16_round(torch.randn(1, w.shape[1], generator=gen) / w.shape[1] ** 0.5)))
     out, _ = ours(setup, DENSE, sd=sd2)
     m, _, _ = compare(out, emulation(setup, DENSE, True)[0], setup["x"])
     assert check_bounds(m, BF16_VS_EMULATION), m
@@ -431,8 +431,8 @@ def test_from_hf_rejects_routers_and_rope_it_does_not_implement():
     assert LayerConfig.from_hf(dict(base, rope_scaling=None)).rope_scaling is None
 
 
-def test_loader_errors_session7_audit(setup):
-    """Session-7 audit: weights that were dropped or accepted silently now raise, naming the entry."""
+def test_loader_errors_found_by_an_audit(setup):
+    """Audit finding: weights that were dropped or accepted silently now raise, naming the entry."""
     cfg, sd = setup["cfg"], setup["sd"]
     pm, pd = f"model.layers.{MOE}.", f"model.layers.{DENSE}."
     # a missing (or partial) shared expert used to load with shared=None; a missing router bias became zeros
@@ -454,7 +454,7 @@ def test_loader_errors_session7_audit(setup):
 
 
 def test_loader_moves_cpu_calibration_to_the_device(setup):
-    """Session-7 audit: a8w8 with CPU calibration tensors and device= another device failed in smooth_factors
+    """Audit finding: a8w8 with CPU calibration tensors and device= another device failed in smooth_factors
     (a CPU [K] tensor against a device [K] one). "meta" stands in for a GPU here."""
     cfg, sd = setup["cfg"], setup["sd"]
     calib = {k: torch.rand(cfg.hidden_size) + 0.1 for k in ("attn_in", "mlp_in")}
@@ -463,7 +463,7 @@ def test_loader_moves_cpu_calibration_to_the_device(setup):
 
 
 def test_loader_refuses_bad_calibration(setup):
-    """Session-9 review: a misspelt calibration key turned SmoothQuant off silently, calibration with mode "bf16"
+    """Review finding: a misspelt calibration key turned SmoothQuant off silently, calibration with mode "bf16"
     was ignored, and a wrong channel count failed in smooth_factors without naming the key."""
     cfg, sd = setup["cfg"], setup["sd"]
     good = torch.rand(cfg.hidden_size) + 0.1
@@ -485,7 +485,7 @@ def test_loader_refuses_bad_calibration(setup):
 
 
 def test_paged_cache_reallocate_and_bad_arguments():
-    """Session-7 audit: a second allocate() lost the first allocation's pages (no way to free them); negative
+    """Audit finding: a second allocate() lost the first allocation's pages (no way to free them); negative
     arguments consumed pages before failing; advance(-3) was accepted."""
     c = PagedCache(num_layers=1, num_blocks=8, block_size=4, kv_lora_rank=8, qk_rope_head_dim=4)
     c.allocate(2, 16)
@@ -505,7 +505,7 @@ def test_paged_cache_reallocate_and_bad_arguments():
 
 
 def test_layer_call_errors_and_empty_prefill(setup):
-    """Session-7 audit: a layer_idx past the cache's layers raised a bare IndexError, an unallocated cache a
+    """Audit finding: a layer_idx past the cache's layers raised a bare IndexError, an unallocated cache a
     confusing "x must be [B=0, ...]", and prefill with P = 0 failed in torch.cat."""
     from ops.deepseek_layer import prefill
     cfg, sd = setup["cfg"], setup["sd"]
@@ -585,7 +585,7 @@ def test_weight_absmax_rejects_no_weights_and_mismatched_k():
 @pytest.mark.filterwarnings("ignore:Initializing zero-element tensors:UserWarning")   # HF builds the empty MLP
 def test_collect_calibration_with_no_shared_experts():
     """n_shared_experts = 0: HF builds a zero-width shared_experts MLP and runs; the calibration hook reshaped its
-    empty input to [-1, 0] and crashed (adversarial finding, session 8). Zero-width inputs are now skipped: no key
+    empty input to [-1, 0] and crashed (adversarial finding). Zero-width inputs are now skipped: no key
     for that module, every other module calibrated."""
     from ops.weights import collect_calibration
     cfg = hf_config(n_shared_experts=0, first_k_dense_replace=0)
@@ -600,7 +600,7 @@ def test_collect_calibration_with_no_shared_experts():
 
 
 def test_prefill_and_decode_refuse_before_writing_the_cache(setup):
-    """Adversarial findings (sessions 8, 9): prefill with chunk 17 wrote layer 0's cache rows before amla refused S_q 17,
+    """Adversarial findings: prefill with chunk 17 wrote layer 0's cache rows before amla refused S_q 17,
     and a prompt longer than the allocation failed after earlier chunks were committed (seq_lens advanced, outputs
     lost). Both, and a stack whose second layer has no cache, are now refused before any cache row is written."""
     from ops.deepseek_layer import decode_step, prefill
@@ -620,9 +620,9 @@ def test_prefill_and_decode_refuse_before_writing_the_cache(setup):
 
     for call, err, msg in (
             (lambda c: prefill(layers, torch.randn(1, 20, cfg.hidden_size), c, chunk=17), ValueError,
-             r"chunk must be in \[1, 16\].* got 17"),      # named as chunk, not as x's S_q (session 9 review)
+             r"chunk must be in \[1, 16\].* got 17"),      # named as chunk, not as x's S_q
             (lambda c: prefill(layers, torch.randn(1, 4, cfg.hidden_size), c, chunk=2.0), TypeError, "chunk must be an int"),
-            # an empty stack advanced seq_lens with nothing written: the next step read NaN slots (session 9 review)
+            # an empty stack advanced seq_lens with nothing written: the next step read NaN slots
             (lambda c: decode_step([], torch.randn(1, 2, cfg.hidden_size), c), ValueError, "layers is empty"),
             (lambda c: prefill([], torch.randn(1, 3, cfg.hidden_size), c), ValueError, "layers is empty"),
             (lambda c: prefill(layers, torch.randn(1, 10, cfg.hidden_size), c, chunk=4), RuntimeError, "outgrows"),

@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import ops
 from ops import _ascendc, _library as L
 from ops._library import BackendUnavailable
+from tests.backends import op_backend_params
 
 # a tiny shape per op for the generic checks (fresh random data from each SPEC.make_inputs)
 TINY = {
@@ -28,13 +29,13 @@ TINY = {
 EXPECTED_OPS = set(TINY)
 
 
-def _inputs(name, gen, dtype=torch.bfloat16):
+def _inputs(name, gen, dtype=torch.bfloat16, device="cpu"):
     spec = ops.SPECS[name]
     shape = dict(TINY[name])
     if name == "moe_gating_top_k":  # fill whatever else the spec's named shapes carry (routed_scaling_factor, ...)
         shape = {**next(iter(spec.shapes.values())), **shape}
     return spec.make_inputs(shape, dtype=torch.float32 if name == "moe_gating_top_k" else dtype,
-                            device="cpu", generator=gen)
+                            device=device, generator=gen)
 
 
 def _split(op_name, inputs):
@@ -77,7 +78,7 @@ def test_reference_docstring_names_shapes_errors_and_source(name):
     assert "Raises (this op): TypeError / ValueError naming the argument" in eager.__doc__
     # inspect / help / IDEs see the op's arguments and defaults, not (*args, **kwargs)
     assert inspect.signature(eager) == inspect.signature(fn)
-    # help(torch.ops.ds.<op>) too: it was empty (session 9 docstring audit)
+    # help(torch.ops.ds.<op>) too: it was empty
     packet = getattr(torch.ops.ds, name)
     assert packet.__doc__ == packet.default.__doc__ == eager.__doc__
 
@@ -85,7 +86,7 @@ def test_reference_docstring_names_shapes_errors_and_source(name):
 @pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
 def test_eager_call_with_a_missing_or_unknown_argument_names_the_op(name):
     """A missing or misspelled argument used to be reported against the private check (``_check() missing 1
-    required positional argument``: new-user finding, session 8); it now names ``ds::<op>``."""
+    required positional argument``: a new-user finding); it now names ``ds::<op>``."""
     eager = getattr(importlib.import_module({"amla": "ops.amla", "mla_prolog": "ops.mla_prolog",
                                              "moe_gating_top_k": "ops.moe_gating"}.get(name, "ops.quant")), name)
     with pytest.raises(TypeError, match=rf"^ds::{name}\(\) (missing|got an unexpected)"):
@@ -94,23 +95,22 @@ def test_eager_call_with_a_missing_or_unknown_argument_names_the_op(name):
         eager(torch.zeros(1), no_such_argument=1)
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
-def test_R1_opcheck(name, gen):
-    inputs = _inputs(name, gen)
+@pytest.mark.parametrize("name,be", op_backend_params(sorted(EXPECTED_OPS)))
+def test_R1_opcheck(name, be, gen):
+    inputs = _inputs(name, gen, be.dtype(torch.bfloat16), be.device)
     args, kwargs = _split(name, inputs)
-    with ops.backend("reference"):
+    with be.active():
         torch.library.opcheck(getattr(torch.ops.ds, name).default, args, kwargs)
 
 
-@pytest.mark.parametrize("backend", ["reference", "triton"])
-@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
-def test_R2_compile_fullgraph_matches_eager(name, backend, gen):
-    # the Triton path runs under the CPU interpreter, whose bf16 tl.dot is wrong: fp16 there
-    inputs = _inputs(name, gen, torch.float16 if backend == "triton" else torch.bfloat16)
+@pytest.mark.parametrize("name,be", op_backend_params(sorted(EXPECTED_OPS)))
+def test_R2_compile_fullgraph_matches_eager(name, be, gen):
+    inputs = _inputs(name, gen, be.dtype(torch.bfloat16), be.device)
     args, kwargs = _split(name, inputs)
     op = getattr(torch.ops.ds, name)
     eager_args, eager_kwargs = tuple(map(_clone, args)), {k: _clone(v) for k, v in kwargs.items()}
-    with ops.backend(backend):
+    with be.active():
+        assert L.OPS[name].select(args, kwargs)[0] == be.name
         want = op(*eager_args, **eager_kwargs)
         torch._dynamo.reset()
         got = torch.compile(lambda *a, **k: op(*a, **k), fullgraph=True, backend="aot_eager")(*args, **kwargs)
@@ -119,6 +119,60 @@ def test_R2_compile_fullgraph_matches_eager(name, backend, gen):
     for (a, b) in zip(eager_args, args):  # mutated caches end up identical too
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(b, a, equal_nan=True, rtol=0, atol=0)
+
+
+def _typed_args(kind):
+    """(op, argument) for every argument of an op whose signature declares ``kind`` (bool / int)."""
+    out = []
+    for name in sorted(EXPECTED_OPS):
+        for p in L.OPS[name].signature.parameters.values():
+            ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+            if ann == kind.__name__ or (ann == "" and type(p.default) is kind):
+                out.append(pytest.param(name, p.name, id=f"{name}-{p.name}"))
+    return out
+
+
+def _call_both(name, arg, value, seed):
+    """(eager outcome, torch.ops outcome) of the op with ``arg=value`` on the inputs drawn with ``seed``: the
+    result or the exception raised."""
+    outcomes = []
+    for fn in (L.OPS[name], getattr(torch.ops.ds, name)):
+        inputs = dict(_inputs(name, torch.Generator().manual_seed(seed)), **{arg: value})
+        args, kwargs = _split(name, inputs)
+        try:
+            with ops.backend("reference"):
+                outcomes.append(fn(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001 - compared below
+            outcomes.append(e)
+    return outcomes
+
+
+@pytest.mark.parametrize("name,arg", _typed_args(bool))
+def test_bool_argument_given_an_int_raises_through_torch_ops_too(name, arg):
+    """A bool argument given the int 2 raises on the eager path (``causal must be a bool``); the dispatcher used to
+    turn 2 into True, so ``torch.ops.ds.<op>`` ran. If the schema coerces, the op must validate: both raise the
+    same error."""
+    eager, registered = _call_both(name, arg, 2, seed=3)
+    assert isinstance(eager, (TypeError, ValueError)) and arg in str(eager), eager
+    assert isinstance(registered, Exception), f"torch.ops.ds.{name}({arg}=2) ran; the eager call raises {eager!r}"
+    assert type(registered) is type(eager) and arg in str(registered), registered
+
+
+@pytest.mark.parametrize("name,arg", _typed_args(int))
+def test_int_argument_given_a_bool_is_refused_or_taken_as_the_int(name, arg):
+    """An int argument given True: the eager path refuses it; through torch.ops True is the int 1 to the
+    dispatcher (indistinguishable after parsing), so the op must either raise like the eager path or behave as
+    with 1 (never as anything else)."""
+    eager, registered = _call_both(name, arg, True, seed=3)
+    assert isinstance(eager, (TypeError, ValueError)) and arg in str(eager), eager
+    if isinstance(registered, Exception) and type(registered) is type(eager) and arg in str(registered):
+        return                                                  # refused like the eager path
+    as_one = _call_both(name, arg, 1, seed=3)[1]
+    if isinstance(as_one, Exception) or isinstance(registered, Exception):
+        assert type(registered) is type(as_one), f"{arg}=True gave {registered!r}, {arg}=1 gives {as_one!r}"
+        return
+    for a, b in zip(registered, as_one):
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
@@ -170,6 +224,23 @@ def test_auto_falls_back_to_reference_when_no_kernel_can_run(gen, monkeypatch):
         torch.ops.ds.quant_matmul(*args, **kwargs)
 
 
+@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
+def test_auto_on_cpu_is_the_reference(name, gen):
+    """``auto`` on CPU tensors runs the reference even with TRITON_INTERPRET=1 set (the CPU test process sets it):
+    the interpreter, like the Ascend C twin, runs only when forced. It used to switch to interpreted Triton."""
+    args, kwargs = _split(name, _inputs(name, gen, torch.float16))
+    with ops.backend("auto"):
+        assert L.OPS[name].select(args, kwargs)[0] == "reference"
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
+def test_forced_triton_on_cpu_runs_the_interpreter(name, gen):
+    args, kwargs = _split(name, _inputs(name, gen, torch.float16))
+    with ops.backend("triton"):
+        assert L.OPS[name].select(args, kwargs)[0] == "triton"
+
+
 def test_import_ops_without_triton_or_torch_npu():
     """`import ops` and a reference call work when triton and torch_npu cannot be imported."""
     code = (
@@ -210,7 +281,7 @@ def test_environment_switches_are_validated_and_spelled_as_users_do(monkeypatch)
 def test_triton_interpret_set_after_import_falls_back_with_a_reason():
     """TRITON_INTERPRET=1 set after triton was imported (``import torch, ops`` imports it): triton's own helpers
     (tl.cdiv) are compiled-mode, so a kernel died with "Cannot call @triton.jit'd outside of the scope of a kernel"
-    even under the "auto" backend (adversarial finding, session 8). Now auto runs the reference and an explicit
+    even under the "auto" backend (adversarial finding). Now auto runs the reference and an explicit
     "triton" raises BackendUnavailable saying why. Runs in a fresh interpreter (this one imported triton in
     interpreter mode)."""
     code = (
@@ -234,24 +305,23 @@ def test_triton_interpret_set_after_import_falls_back_with_a_reason():
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
 
 
-# mutation audit, round 2 (session 9): the "auto" order and supports() fallback
 def _kernels(monkeypatch, op, *kernels):
     monkeypatch.setattr(op, "kernels", list(kernels))
 
 
 def test_auto_prefers_ascendc_over_triton_then_falls_back(monkeypatch):
     """auto tries ascendc first, then triton; a kernel whose supports() gives a reason is skipped, and with no
-    kernel left auto runs the reference (an explicit backend raises BackendUnavailable instead)."""
+    kernel left auto runs the reference (an explicit backend raises BackendUnavailable instead). The kernels here
+    claim "meta" tensors: on CPU tensors auto never takes a kernel (test_auto_on_cpu_is_the_reference)."""
     op = ops.moe_gating.moe_gating_top_k
     tri_fn, asc_fn = (lambda *a, **k: "triton"), (lambda *a, **k: "ascendc")
-    monkeypatch.setattr(_ascendc, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(_ascendc, "unavailable_reason", lambda *a: None)
     monkeypatch.setattr(L, "triton_available", lambda: None)
-    monkeypatch.setattr(L, "triton_interpret", lambda: True)
-    x = torch.randn(2, 16)
-    asc = L.Kernel("ascendc", "x", "y", ("cpu",), None, asc_fn)
-    tri_ok = L.Kernel("triton", "x", "y", ("cpu",), None, tri_fn)
-    tri_no = L.Kernel("triton", "x", "y", ("cpu",), lambda *a, **k: "not these inputs", tri_fn)
-    asc_no = L.Kernel("ascendc", "x", "y", ("cpu",), lambda *a, **k: "not these inputs", asc_fn)
+    x = torch.empty(2, 16, device="meta")
+    asc = L.Kernel("ascendc", "x", "y", ("meta",), None, asc_fn)
+    tri_ok = L.Kernel("triton", "x", "y", ("meta",), None, tri_fn)
+    tri_no = L.Kernel("triton", "x", "y", ("meta",), lambda *a, **k: "not these inputs", tri_fn)
+    asc_no = L.Kernel("ascendc", "x", "y", ("meta",), lambda *a, **k: "not these inputs", asc_fn)
     with ops.backend("auto"):
         _kernels(monkeypatch, op, tri_ok, asc)                       # listed triton first: order is the backend's
         assert op.select((x, 2), {})[0] == "ascendc"
@@ -259,6 +329,16 @@ def test_auto_prefers_ascendc_over_triton_then_falls_back(monkeypatch):
         assert op.select((x, 2), {})[0] == "triton"
         _kernels(monkeypatch, op, tri_no, asc_no)
         assert op.select((x, 2), {})[0] == "reference"
+        # kernels that would take CPU tensors: auto still runs the reference there
+        _kernels(monkeypatch, op, L.Kernel("triton", "x", "y", ("cpu",), None, tri_fn),
+                 L.Kernel("ascendc", "x", "y", ("cpu",), None, asc_fn))
+        monkeypatch.setattr(L, "triton_interpret", lambda: True)
+        assert op.select((torch.empty(2, 16), 2), {})[0] == "reference"
+        with ops.backend("triton"):
+            assert op.select((torch.empty(2, 16), 2), {})[0] == "triton"
+        with ops.backend("ascendc"):
+            assert op.select((torch.empty(2, 16), 2), {})[0] == "ascendc"
+        _kernels(monkeypatch, op, tri_no, asc_no)
     with ops.backend("triton"):
         try:
             op.select((x, 2), {})

@@ -2,7 +2,8 @@
 
 triton-ascend 3.2.0 installs its own ``triton`` package (Triton 3.2 front end + the ``ascend`` backend), so this
 script cannot run in the project's test venv, which has upstream Triton. It is started by ``ascend_check.py`` as
-``<venv>/bin/python tools/_ascend_lower.py --repo ROOT --out DIR MODULE.py ...`` and does, for every module:
+``PYTHONPATH=ROOT <venv>/bin/python tools/_ascend_lower.py --repo ROOT --out DIR MODULE.py ...`` and does, for every
+module:
 
 1. import the module by file path (parent packages are stubbed, so ``ops/__init__.py`` is never executed and
    relative imports still work);
@@ -395,7 +396,6 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     repo, out = os.path.abspath(a.repo), os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
-    sys.path.insert(0, repo)
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(out, "triton-cache"))
     os.environ["TRITON_ALWAYS_COMPILE"] = "1"

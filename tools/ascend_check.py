@@ -271,7 +271,9 @@ def run_check(modules: list[str], venv: str, out: str, create: bool = True, jobs
     manifest_path = os.path.join(out, "lowered.json")
     if os.path.exists(manifest_path):
         os.remove(manifest_path)
+    # the lowering imports this checkout's ops (PYTHONPATH: only the repository, nothing of the test venv's)
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHONPATH")}
+    env["PYTHONPATH"] = REPO
     t0 = time.time()
     r = subprocess.run([venv_python(venv), LOWER, "--repo", REPO, "--out", out, "--arch", ARCH, *modules],
                        capture_output=True, text=True, env=env)

@@ -1,16 +1,15 @@
-"""Every Triton kernel under NVIDIA compute-sanitizer memcheck: no read or write outside an allocation.
-
-Usage (H200; `bash tests/gpu/run_all.sh round56` runs it):
+"""The driver tests/gpu/test_sanitize_gpu.py runs under NVIDIA compute-sanitizer memcheck: every Triton kernel,
+no read or write outside an allocation. By hand, from the repository root:
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
-        python3 tests/gpu/sanitize.py [--budget-s 400]
+        python -m tests.gpu.sanitize [--budget-s 400] [--only PREFIXES] [--self-test]
 
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 gives every tensor its own cudaMalloc, so memcheck knows each tensor's bounds
 (with the caching allocator an access past a tensor usually lands in another block of the same segment and goes
 unseen). The cases cover each op's launch buckets (gemv_stream, the small-M tile, split-K with the in-kernel
 reduction, swap-AB, the multi-sweep quant rows, every AMLA tile with KV splits and both merges, every mla_prolog
 mode with skipped cache slots), on exactly sized tensors, plus caller errors run with the eager checks off (an
-out-of-range used page id, cache_index ids past the cache: :func:`caller_errors`). Outputs are not compared here (tests/gpu/check_*.py do
-that); a failed launch raises. Exit status: compute-sanitizer's (9 on any memcheck error), else this script's.
+out-of-range used page id, cache_index ids past the cache: :func:`caller_errors`). Outputs are not compared here (the
+other tests/gpu/ tests do that); a failed launch raises. Exit status: compute-sanitizer's (9 on any memcheck error), else this script's.
 """
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ import time
 
 import torch
 
-sys.path.insert(0, ".")
-import ops  # noqa: E402
-from ops import amla as A, mla_prolog as MP, moe_gating as G, quant as Q  # noqa: E402
+import ops
+from ops import amla as A, mla_prolog as MP, moe_gating as G, quant as Q
 
 
 def cases():
@@ -34,8 +32,7 @@ def cases():
                   dict(B=1, S_q=1, N=16, seq_lens=[4096], block_size=128),             # many splits: vector merge
                   dict(B=4, S_q=1, N=32, seq_lens=[1, 2, 3, 2000], block_size=128)):   # short rows, loop merge
         yield "amla", A.amla, A.make_inputs(shape, dtype=bf, device="cuda", generator=torch.Generator().manual_seed(0))
-    for M in (1, 2, 3, 4, 16, 17, 32, 64, 128, 300):   # 3..32: the k_batch tiles (session 11)
-        # (2048, 7168): session 10's M ≤ 64, 4224 ≤ N < 8192 bucket; M 64 at N 2112 runs the PDL bucket
+    for M in (1, 2, 3, 4, 16, 17, 32, 64, 128, 300):   # small M, the k_batch tiles, the PDL and split-K tiles
         for K, N in ((7168, 2112), (1536, 24576), (1368, 100), (2048, 7168)):
             if N == 24576 and M > 64 or N == 7168 and M not in (16, 64):
                 continue
@@ -46,7 +43,7 @@ def cases():
     inp["weight_int8"] = inp["weight_int8"].contiguous()                          # row-major [K, N]
     yield "quant_matmul row-major weight", Q.quant_matmul, inp
     yield from k_batch_cases()
-    for M in (1, 2):   # session 12: the wide streaming-GEMV buckets (N > 2560, K >= 2048) at odd K and N
+    for M in (1, 2):   # the wide streaming GEMV (N > 2560, K >= 2048) at odd K and N
         for K, N, layout in ((2048, 2563, "kmajor"), (2052, 4099, "kmajor"), (2050, 2570, "kmajor"),
                              (2048, 2601, "rowmajor")):
             inp = Q.make_inputs_quant_matmul(dict(M=M, K=K, N=N, bias=True), dtype=bf, device="cuda",
