@@ -178,13 +178,13 @@ struct Core {
     float deq_scale = 1.0f;
     uint32_t gen_counter = 1;
 
-    Core() {
-        for (int m = 0; m < NMEM; ++m) {
-            mem[m].reset(new uint8_t[mem_bytes(m)]);
-            std::memset(mem[m].get(), POISON, mem_bytes(m));
-            meta[m].resize(mem_bytes(m) / 32);
-        }
-        calls.push_back({"<none>", NPI});
+    Core() { calls.push_back({"<none>", NPI}); }
+    // On-chip memories are created (poisoned) the first time a buffer is placed in them.
+    void ensure_mem(int m) {
+        if (mem[m]) return;
+        mem[m].reset(new uint8_t[mem_bytes(m)]);
+        std::memset(mem[m].get(), POISON, mem_bytes(m));
+        meta[m].resize(mem_bytes(m) / 32);
     }
 
     [[noreturn]] void fail(const std::string& rule, const std::string& call, const std::string& msg) {

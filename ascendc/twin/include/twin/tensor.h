@@ -323,6 +323,7 @@ class TPipe {
   private:
     static int alloc(Core& c, const char* call, int m, uint32_t len, twin::Slot::State st) {
         if (m < 0) c.fail("queue-misuse", call, "TPosition has no on-chip memory");
+        c.ensure_mem(m);
         if (c.buffers + 1 > twin::model::MAX_BUFFERS_PER_KERNEL)
             c.fail("buffer-count", call, "more than " + std::to_string(twin::model::MAX_BUFFERS_PER_KERNEL) +
                    " buffers in one kernel");

@@ -146,6 +146,9 @@ inline void l0_check(const char* name, VOp& op, const L0Plan& p, std::initialize
         uint32_t epb = 32 / o.esz;
         for (uint32_t r = 0; r < p.repeats; ++r)
             for (uint32_t k = 0; k < p.epr; k += epb) {
+                bool any = false;
+                for (uint32_t j = k; j < std::min(k + epb, p.epr); ++j) any |= p.active(r, j);
+                if (!any) continue;
                 uint32_t a = o.base + l0_off(o, r, k);
                 if (first) c.mark_write(op.id, o.mem, a, 32); else c.mark_read(op.id, o.mem, a, 32);
             }
