@@ -168,7 +168,10 @@ struct Core {
     std::vector<Snap> flags[64][model::MAX_EVENT_ID];  // pending SetFlags per HardEvent and id (FIFO)
     uint8_t event_alloc[64] = {};                      // AllocEventID bitmap per HardEvent
     // timing
-    double free_t[NPI] = {}, ready_t[NPI] = {}, t_s = 0;
+    // free_t: when pipe p can start its next instruction; done_t: when everything issued on p has completed
+    // (DMA latency overlaps later DMAs of the same pipe).
+    double free_t[NPI] = {}, done_t[NPI] = {}, ready_t[NPI] = {}, t_s = 0;
+    std::vector<std::pair<double, double>> hbm_busy;  // sorted, disjoint busy intervals of this core's HBM share
     Counters cnt;
     // vector mask state (SetMaskCount/SetMaskNorm/SetVectorMask)
     bool mask_counter = false;
@@ -212,11 +215,59 @@ struct Core {
         cnt.busy_ns[p] += dur_ns;
         return uint32_t(calls.size() - 1);
     }
+    // A DMA of `bytes` on an MTE pipe: it streams at the per-core MTE rate, through this core's share of HBM
+    // (HBM bandwidth / active cores, shared by MTE2 and MTE3), and completes a fixed latency after it streams.
+    uint32_t issue_dma(const char* name, Pi p, uint64_t bytes) {
+        check_abort();
+        cnt.calls++;
+        seq[p]++;
+        calls.push_back({name, uint8_t(p)});
+        double issue_t = t_s;
+        t_s += model::cycles_to_ns(model::ISSUE_CYCLES);
+        double active = std::min<double>(launch ? launch->block_dim : 1, model::VECTOR_CORES);
+        double stream = double(bytes) / (model::MTE_BYTES_PER_CYCLE * model::CLOCK_GHZ);
+        double share = double(bytes) / (model::HBM_BYTES_PER_NS / active);
+        double start = std::max({free_t[p], ready_t[p], issue_t});
+        double streamed = std::max(start + stream, hbm_reserve(start, share));
+        free_t[p] = streamed;
+        done_t[p] = std::max(done_t[p], streamed + model::cycles_to_ns(model::MTE_LATENCY_CYCLES));
+        cnt.busy_ns[p] += streamed - start;
+        return uint32_t(calls.size() - 1);
+    }
+    // Reserve `need` ns of this core's HBM share from `start` on, filling idle gaps first (a fluid model of a
+    // shared channel: MTE2 and MTE3 transfers interleave); returns when the last byte has passed.
+    double hbm_reserve(double start, double need) {
+        double lo = std::min(free_t[P_MTE2], free_t[P_MTE3]);
+        size_t keep = 0;
+        while (keep < hbm_busy.size() && hbm_busy[keep].second < std::min(lo, start)) ++keep;
+        hbm_busy.erase(hbm_busy.begin(), hbm_busy.begin() + keep);
+        std::vector<std::pair<double, double>> add;
+        double t = start, left = need;
+        size_t i = 0;
+        while (i < hbm_busy.size() && hbm_busy[i].second <= t) ++i;
+        while (left > 1e-12) {
+            if (i < hbm_busy.size() && hbm_busy[i].first <= t) { t = std::max(t, hbm_busy[i].second); ++i; continue; }
+            double gap_end = i < hbm_busy.size() ? hbm_busy[i].first : t + left;
+            double use = std::min(left, gap_end - t);
+            add.push_back({t, t + use});
+            left -= use; t += use;
+        }
+        hbm_busy.insert(hbm_busy.end(), add.begin(), add.end());
+        std::sort(hbm_busy.begin(), hbm_busy.end());
+        std::vector<std::pair<double, double>> merged;
+        for (auto& iv : hbm_busy) {
+            if (!merged.empty() && iv.first <= merged.back().second + 1e-9) merged.back().second = std::max(merged.back().second, iv.second);
+            else merged.push_back(iv);
+        }
+        hbm_busy.swap(merged);
+        return t;
+    }
+    double complete(int p) const { return std::max(free_t[p], done_t[p]); }
     Snap snapshot(Pi w) const {
         Snap s;
         for (int x = 0; x < NPI; ++x) s.vc[x] = vc[w][x];
         s.vc[w] = seq[w];
-        s.t = w == P_S ? t_s : std::max(free_t[w], t_s);
+        s.t = w == P_S ? t_s : std::max(complete(w), t_s);
         return s;
     }
     void merge(Pi r, const Snap& s) {
@@ -226,7 +277,7 @@ struct Core {
     }
     void barrier_all() {
         double t = t_s;
-        for (int p = 0; p < NPI; ++p) t = std::max(t, free_t[p]);
+        for (int p = 0; p < NPI; ++p) t = std::max(t, complete(p));
         for (int r = 0; r < NPI; ++r) {
             for (int x = 0; x < NPI; ++x) vc[r][x] = seq[x];
             ready_t[r] = t;
@@ -235,7 +286,7 @@ struct Core {
     }
     double end_time() const {
         double t = t_s;
-        for (int p = 0; p < NPI; ++p) t = std::max(t, free_t[p]);
+        for (int p = 0; p < NPI; ++p) t = std::max(t, complete(p));
         return t;
     }
 

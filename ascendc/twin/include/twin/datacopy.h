@@ -4,13 +4,6 @@
 #include "sync.h"
 
 namespace twin {
-// Modeled duration of one DMA of `bytes`: fixed latency + bytes at the per-core MTE rate, capped by the core's
-// share of HBM (HBM bandwidth / active cores).
-inline double mte_ns(const Core& c, uint64_t bytes) {
-    double active = std::min<double>(c.launch->block_dim, model::VECTOR_CORES);
-    double bw = std::min(model::MTE_BYTES_PER_CYCLE * model::CLOCK_GHZ, model::HBM_BYTES_PER_NS / active);
-    return model::cycles_to_ns(model::MTE_LATENCY_CYCLES) + double(bytes) / bw;
-}
 template <typename T> inline void check_ub_operand(const char* call, const AscendC::LocalTensor<T>& t,
                                                    uint64_t bytes, uint32_t align = 32) {
     Core& c = core();
@@ -66,7 +59,7 @@ template <typename T> inline void DataCopy(const LocalTensor<T>& dst, const Glob
                "whole 32-byte blocks; use DataCopyPad for unaligned lengths)");
     twin::check_ub_operand(call, dst, bytes);
     src.check(call, 0, count, false);
-    uint32_t id = c.issue(call, twin::P_MTE2, twin::mte_ns(c, bytes));
+    uint32_t id = c.issue_dma(call, twin::P_MTE2, bytes);
     c.cnt.mte2_bytes += bytes;
     c.on_write(id, dst.mem_, dst.addr_, uint32_t(bytes));
     c.mark_write(id, dst.mem_, dst.addr_, uint32_t(bytes));
@@ -82,7 +75,7 @@ template <typename T> inline void DataCopy(const GlobalTensor<T>& dst, const Loc
                "whole 32-byte blocks past the end; use DataCopyPad for unaligned lengths)");
     twin::check_ub_operand(call, src, bytes);
     dst.check(call, 0, count, true);
-    uint32_t id = c.issue(call, twin::P_MTE3, twin::mte_ns(c, bytes));
+    uint32_t id = c.issue_dma(call, twin::P_MTE3, bytes);
     c.cnt.mte3_bytes += bytes;
     c.on_read(id, src.mem_, src.addr_, uint32_t(bytes));
     c.mark_read(id, src.mem_, src.addr_, uint32_t(bytes));
@@ -106,7 +99,7 @@ template <typename T> inline void DataCopy(const LocalTensor<T>& dst, const Glob
     uint64_t ub_extent = n * blk + (n - 1) * p.dstStride * 32, gm_extent = n * blk + (n - 1) * p.srcStride * 32;
     twin::check_ub_operand(call, dst, ub_extent);
     src.check_bytes(call, 0, gm_extent, false);
-    uint32_t id = c.issue(call, twin::P_MTE2, twin::mte_ns(c, n * blk));
+    uint32_t id = c.issue_dma(call, twin::P_MTE2, n * blk);
     c.cnt.mte2_bytes += n * blk;
     auto* g = reinterpret_cast<const uint8_t*>(src.ptr_);
     auto* u = reinterpret_cast<uint8_t*>(dst.data());
@@ -125,7 +118,7 @@ template <typename T> inline void DataCopy(const GlobalTensor<T>& dst, const Loc
     uint64_t ub_extent = n * blk + (n - 1) * p.srcStride * 32, gm_extent = n * blk + (n - 1) * p.dstStride * 32;
     twin::check_ub_operand(call, src, ub_extent);
     dst.check_bytes(call, 0, gm_extent, true);
-    uint32_t id = c.issue(call, twin::P_MTE3, twin::mte_ns(c, n * blk));
+    uint32_t id = c.issue_dma(call, twin::P_MTE3, n * blk);
     c.cnt.mte3_bytes += n * blk;
     auto* g = reinterpret_cast<uint8_t*>(dst.ptr_);
     auto* u = reinterpret_cast<const uint8_t*>(src.data());
@@ -163,7 +156,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
     uint64_t gm_extent = n * p.blockLen + (n - 1) * uint64_t(p.srcStride);
     twin::check_ub_operand(call, dst, ub_extent);
     src.check_bytes(call, 0, gm_extent, false);
-    uint32_t id = c.issue(call, twin::P_MTE2, twin::mte_ns(c, n * row));
+    uint32_t id = c.issue_dma(call, twin::P_MTE2, n * row);
     c.cnt.mte2_bytes += n * row;
     auto* g = reinterpret_cast<const uint8_t*>(src.ptr_);
     auto* u = reinterpret_cast<uint8_t*>(dst.data());
@@ -191,7 +184,7 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
     uint64_t gm_extent = n * p.blockLen + (n - 1) * uint64_t(p.dstStride);
     twin::check_ub_operand(call, src, ub_extent);
     dst.check_bytes(call, 0, gm_extent, true);
-    uint32_t id = c.issue(call, twin::P_MTE3, twin::mte_ns(c, n * row));
+    uint32_t id = c.issue_dma(call, twin::P_MTE3, n * row);
     c.cnt.mte3_bytes += n * p.blockLen;
     auto* g = reinterpret_cast<uint8_t*>(dst.ptr_);
     auto* u = reinterpret_cast<const uint8_t*>(src.data());

@@ -46,7 +46,7 @@ template <pipe_t pipe> inline void PipeBarrier() {
     if (pipe == PIPE_ALL) { c.barrier_all(); return; }
     twin::Pi p = twin::pi_of(pipe);
     c.vc[p][p] = c.seq[p];
-    c.ready_t[p] = std::max(c.ready_t[p], c.free_t[p]);
+    c.ready_t[p] = std::max(c.ready_t[p], c.complete(p));
 }
 
 namespace detail {
