@@ -58,6 +58,12 @@ CONTROLS = [
     ("sync_all_missing", "sync-all", "SyncAll: a core returned from the kernel without reaching this SyncAll"),
     ("one_core_fails", "datacopy-align", "DataCopy(GM->UB): 28 B is not a multiple of 32 B (the hardware moves "
                                          "whole 32-byte blocks; use DataCopyPad for unaligned lengths) (core 2)"),
+    ("waw_v_mte2", "pipe-hazard", "WAW: DataCopy(GM->UB) [PIPE_MTE2, call #2] overwrites UB bytes [0, 32) last "
+                                  "written by Duplicate [PIPE_V, call #1]"),
+    ("release_event", "event-id", "TPipe::ReleaseEventID: event id 0 of HardEvent::V_S was not allocated"),
+    ("cast_overlap", "operand-overlap", "Cast: in-place Cast between types of different widths"),
+    ("select_mode", "select-mode", "Select: SELMODE does not match the operands"),
+    ("gm_setvalue_input", "gm-write-input", "GlobalTensor::SetValue: write into GM input tensor 'x'"),
 ]
 
 

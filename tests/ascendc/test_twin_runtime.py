@@ -65,6 +65,16 @@ def test_atomic_int32_onto_fp32_bits(twin_lib, report):
     np.testing.assert_array_equal(dst.view(np.int32), expect.view(np.int32))
 
 
+def test_syncall_orders_cores(twin_lib, report):
+    cores = 6
+    y = np.full(cores * 64, np.nan, np.float32)
+    z = np.full(cores * 64, np.nan, np.float32)
+    twin_lib.twin_syncall(cores, _p(y), _p(z), ctypes.byref(report))
+    assert report.ok, report.message
+    np.testing.assert_array_equal(y, np.repeat(np.arange(cores, dtype=np.float32), 64))
+    np.testing.assert_array_equal(z, np.repeat(np.roll(np.arange(cores, dtype=np.float32), -1), 64))
+
+
 def test_level0_masks_strides_counter_mode(twin_lib, report):
     x = np.arange(256, dtype=np.float32)
     cases = {}

@@ -250,6 +250,33 @@ void one_core_fails(GM_ADDR x, GM_ADDR y, int fixed) {
     SyncAll();
 }
 
+void waw_v_mte2(GM_ADDR x, GM_ADDR y, int fixed) {
+    TPipe pipe; TBuf<TPosition::VECIN> b; pipe.InitBuffer(b, 1024);
+    auto g = gm(x, y); auto t = b.Get<float>();
+    Duplicate(t, 0.0f, 64);
+    if (fixed) { SetFlag<HardEvent::V_MTE2>(0); WaitFlag<HardEvent::V_MTE2>(0); }
+    DataCopy(t, g.x, 64);
+}
+void release_event(GM_ADDR, GM_ADDR, int fixed) {
+    TPipe pipe;
+    event_t id = GetTPipePtr()->AllocEventID<HardEvent::V_S>();
+    GetTPipePtr()->ReleaseEventID<HardEvent::V_S>(id);
+    if (!fixed) GetTPipePtr()->ReleaseEventID<HardEvent::V_S>(id);
+}
+void cast_overlap(GM_ADDR, GM_ADDR, int fixed) {
+    TPipe pipe; TBuf<TPosition::VECCALC> b, o; pipe.InitBuffer(b, 1024); pipe.InitBuffer(o, 1024);
+    Cast(fixed ? o.Get<half>() : b.Get<half>(), b.Get<float>(), RoundMode::CAST_RINT, 64);
+}
+void select_mode(GM_ADDR, GM_ADDR, int fixed) {
+    TPipe pipe; TBuf<TPosition::VECCALC> b, m, o; pipe.InitBuffer(b, 1024); pipe.InitBuffer(m, 64); pipe.InitBuffer(o, 1024);
+    Select(o.Get<float>(), m.Get<uint8_t>(), b.Get<float>(), b.Get<float>(),
+           fixed ? SELMODE::VSEL_TENSOR_TENSOR_MODE : SELMODE::VSEL_TENSOR_SCALAR_MODE, 64);
+}
+void gm_setvalue_input(GM_ADDR x, GM_ADDR y, int fixed) {
+    auto g = gm(x, y);
+    (fixed ? g.y : g.x).SetValue(3, 1.0f);
+}
+
 struct Control { Body body; uint32_t cores; };
 const Control CONTROLS[] = {
     {ub_overflow, 1}, {buffers_per_position, 1}, {buffers_per_kernel, 1}, {alloc_beyond_num, 1}, {queue_depth, 1},
@@ -259,7 +286,8 @@ const Control CONTROLS[] = {
     {datacopypad_count, 1}, {datacopypad_len, 1}, {gm_unregistered, 1}, {gm_tensor_bounds, 1}, {gm_write_input, 1},
     {gm_canary, 1}, {atomic_type, 1}, {raw_mte2_v, 1}, {raw_v_mte3, 1}, {war_v_mte2, 1},
     {raw_v_v, 1}, {raw_s_v, 1}, {raw_v_s, 1}, {transitive_sync, 1}, {flag_unmatched, 1},
-    {event_id, 1}, {queue_sync, 1}, {sync_all_missing, 4}, {one_core_fails, 4},
+    {event_id, 1}, {queue_sync, 1}, {sync_all_missing, 4}, {one_core_fails, 4}, {waw_v_mte2, 1},
+    {release_event, 1}, {cast_overlap, 1}, {select_mode, 1}, {gm_setvalue_input, 1},
 };
 }  // namespace
 

@@ -218,3 +218,23 @@ extern "C" int twin_unary(int op, const float* x, float* y, uint32_t n, TwinRepo
     twin::to_c(L.report(), out);
     return 0;
 }
+// Each core writes its slice of y, meets the others in SyncAll, then copies its right neighbour's slice to z.
+extern "C" int twin_syncall(uint32_t cores, float* y, float* z, TwinReportC* out) {
+    twin::Launch L(cores);
+    GM_ADDR gy = L.gm_output(y, cores * 64 * 4, "y");
+    GM_ADDR gz = L.gm_output(z, cores * 64 * 4, "z");
+    L.run([&] {
+        TPipe pipe; TBuf<TPosition::VECOUT> a; pipe.InitBuffer(a, 256);
+        auto Y = gt<float>(gy, cores * 64), Z = gt<float>(gz, cores * 64);
+        uint32_t me = GetBlockIdx(), right = (me + 1) % GetBlockNum();
+        Duplicate(a.Get<float>(), float(me), 64);
+        SetFlag<HardEvent::V_MTE3>(0); WaitFlag<HardEvent::V_MTE3>(0);
+        DataCopy(Y[me * 64], a.Get<float>(), 64);
+        SyncAll();
+        DataCopy(a.Get<float>(), Y[right * 64], 64);
+        SetFlag<HardEvent::MTE2_MTE3>(0); WaitFlag<HardEvent::MTE2_MTE3>(0);
+        DataCopy(Z[me * 64], a.Get<float>(), 64);
+    });
+    twin::to_c(L.report(), out);
+    return 0;
+}
