@@ -64,6 +64,7 @@ CONTROLS = [
     ("cast_overlap", "operand-overlap", "Cast: in-place Cast between types of different widths"),
     ("select_mode", "select-mode", "Select: SELMODE does not match the operands"),
     ("gm_setvalue_input", "gm-write-input", "GlobalTensor::SetValue: write into GM input tensor 'x'"),
+    ("datacopy_params", "datacopy-params", "DataCopy(GM->UB, DataCopyParams): blockLen 0"),
 ]
 
 

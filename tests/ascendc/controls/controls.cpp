@@ -277,6 +277,12 @@ void gm_setvalue_input(GM_ADDR x, GM_ADDR y, int fixed) {
     (fixed ? g.y : g.x).SetValue(3, 1.0f);
 }
 
+void datacopy_params(GM_ADDR x, GM_ADDR y, int fixed) {
+    TPipe pipe; TBuf<TPosition::VECIN> b; pipe.InitBuffer(b, 1024);
+    auto g = gm(x, y);
+    DataCopy(b.Get<float>(), g.x, DataCopyParams(2, fixed ? 1 : 0, 1, 0));
+}
+
 struct Control { Body body; uint32_t cores; };
 const Control CONTROLS[] = {
     {ub_overflow, 1}, {buffers_per_position, 1}, {buffers_per_kernel, 1}, {alloc_beyond_num, 1}, {queue_depth, 1},
@@ -288,6 +294,7 @@ const Control CONTROLS[] = {
     {raw_v_v, 1}, {raw_s_v, 1}, {raw_v_s, 1}, {transitive_sync, 1}, {flag_unmatched, 1},
     {event_id, 1}, {queue_sync, 1}, {sync_all_missing, 4}, {one_core_fails, 4}, {waw_v_mte2, 1},
     {release_event, 1}, {cast_overlap, 1}, {select_mode, 1}, {gm_setvalue_input, 1},
+    {datacopy_params, 1},
 };
 }  // namespace
 
