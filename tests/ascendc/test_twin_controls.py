@@ -5,6 +5,7 @@ The kernels are in controls/controls.cpp (same order as CONTROLS below); README.
 import ctypes
 
 import pytest
+from tests.ascendc.twin_fixtures import report, twin_lib  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.ascendc
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ops import _ascendc_build
+from tests.ascendc.twin_fixtures import report, twin_lib  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.ascendc, pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 

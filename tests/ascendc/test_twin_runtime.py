@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ops import _ascendc_build
+from tests.ascendc.twin_fixtures import report, twin_lib  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.ascendc
 POISON = np.frombuffer(b"\xff\xff\xff\xff", np.uint32)[0]

@@ -1,4 +1,5 @@
-"""Fixtures for the twin's own tests: one shared library of control and positive kernels, built once."""
+"""Fixtures for the twin's own tests (imported by test_twin_*.py): one shared library of control and positive kernels,
+built once."""
 import ctypes
 
 import pytest
