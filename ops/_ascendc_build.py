@@ -77,7 +77,7 @@ def build_library(name: str, sources: Sequence[str | os.PathLike], *, include_di
     for d in include_dirs:
         headers += sorted(p for p in pathlib.Path(d).rglob("*") if p.suffix in (".h", ".hpp", ".inc"))
     for f in [*srcs, *headers]:
-        h.update(str(f).encode() + b"\0" + f.read_bytes() + b"\0")
+        h.update(f.read_bytes() + b"\0")
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     out = BUILD_DIR / f"{name}-{h.hexdigest()[:16]}.so"
     if out.exists():

@@ -133,7 +133,11 @@ def test_build_is_cached(tmp_path):
     assert a == _ascendc_build.build_library("twin_probe", [src])
     assert _ascendc_build.load("twin_probe", [src]).twin_probe() == 2
     src.write_text(src.read_text() + "// edit\n")
-    assert _ascendc_build.build_library("twin_probe", [src]) != a
+    b = _ascendc_build.build_library("twin_probe", [src])
+    assert b != a
+    for lib in (a, b):
+        lib.unlink()
+        lib.with_name(lib.name + ".lock").unlink(missing_ok=True)
 
 
 def test_build_errors(tmp_path):
@@ -145,3 +149,11 @@ def test_build_errors(tmp_path):
         _ascendc_build.build_library("a b", [bad])
     with pytest.raises(ValueError, match="does not exist"):
         _ascendc_build.build_library("twin_missing", [tmp_path / "none.cpp"])
+
+
+@pytest.mark.parametrize("length,rounded", [(1, 32), (20, 32), (32, 32), (33, 64), (1000, 1024)])
+def test_init_buffer_rounds_to_32_bytes(twin_lib, report, length, rounded):
+    got, nxt = ctypes.c_uint32(), ctypes.c_uint32()
+    twin_lib.twin_tbuf_len(length, ctypes.byref(got), ctypes.byref(nxt), ctypes.byref(report))
+    assert report.ok, report.message
+    assert got.value == rounded and nxt.value == rounded

@@ -238,3 +238,15 @@ extern "C" int twin_syncall(uint32_t cores, float* y, float* z, TwinReportC* out
     twin::to_c(L.report(), out);
     return 0;
 }
+// Bytes a TBuf of `len` bytes really gets (InitBuffer rounds up to 32 B), and the UB offset of a second buffer.
+extern "C" int twin_tbuf_len(uint32_t len, uint32_t* got, uint32_t* next_offset, TwinReportC* out) {
+    twin::Launch L(1);
+    L.run([&] {
+        TPipe pipe; TBuf<TPosition::VECCALC> a, b;
+        pipe.InitBuffer(a, len); pipe.InitBuffer(b, 32);
+        *got = a.Get<uint8_t>().GetSize();
+        *next_offset = uint32_t(b.Get<uint8_t>().GetPhyAddr());
+    });
+    twin::to_c(L.report(), out);
+    return 0;
+}
