@@ -49,6 +49,15 @@ def _flags(include_dirs: Iterable[str | os.PathLike], defines: Iterable[str]) ->
     return flags
 
 
+def _headers(root: pathlib.Path) -> list[pathlib.Path]:
+    """Every C/C++ header under ``root``, following symlinked folders, in a stable order."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames.sort()
+        found += [pathlib.Path(dirpath) / f for f in sorted(filenames) if f.endswith((".h", ".hpp", ".inc"))]
+    return found
+
+
 def build_library(name: str, sources: Sequence[str | os.PathLike], *, include_dirs: Iterable[str | os.PathLike] = (),
                   defines: Iterable[str] = ()) -> pathlib.Path:
     """Compile ``sources`` into a cached shared library and return its path.
@@ -73,9 +82,7 @@ def build_library(name: str, sources: Sequence[str | os.PathLike], *, include_di
     h = hashlib.sha256()
     for part in (_cxx_version(), *flags):
         h.update(part.encode() + b"\0")
-    headers = sorted(p for p in ASCENDC.rglob("*") if p.suffix in (".h", ".hpp", ".inc"))
-    for d in include_dirs:
-        headers += sorted(p for p in pathlib.Path(d).rglob("*") if p.suffix in (".h", ".hpp", ".inc"))
+    headers = [h for d in (ASCENDC, *include_dirs) for h in _headers(pathlib.Path(d))]
     for f in [*srcs, *headers]:
         h.update(f.read_bytes() + b"\0")
     BUILD_DIR.mkdir(parents=True, exist_ok=True)

@@ -66,6 +66,8 @@ CONTROLS = [
     ("select_mode", "select-mode", "Select: SELMODE does not match the operands"),
     ("gm_setvalue_input", "gm-write-input", "GlobalTensor::SetValue: write into GM input tensor 'x'"),
     ("datacopy_params", "datacopy-params", "DataCopy(GM->UB, DataCopyParams): blockLen 0"),
+    ("gm_raw_mte3_mte2", "pipe-hazard", "RAW on GM: DataCopy(GM->UB) [PIPE_MTE2, call #3] reads GM bytes this core "
+                                        "wrote with DataCopy(UB->GM) [PIPE_MTE3, call #2]"),
 ]
 
 

@@ -283,6 +283,16 @@ void datacopy_params(GM_ADDR x, GM_ADDR y, int fixed) {
     DataCopy(b.Get<float>(), g.x, DataCopyParams(2, fixed ? 1 : 0, 1, 0));
 }
 
+void gm_raw_mte3_mte2(GM_ADDR x, GM_ADDR y, int fixed) {  // write y, read it back on another pipe
+    TPipe pipe; TBuf<TPosition::VECOUT> b; TBuf<TPosition::VECIN> c; pipe.InitBuffer(b, 1024); pipe.InitBuffer(c, 1024);
+    auto g = gm(x, y);
+    Duplicate(b.Get<float>(), 5.0f, 64);
+    SetFlag<HardEvent::V_MTE3>(0); WaitFlag<HardEvent::V_MTE3>(0);
+    DataCopy(g.y[64], b.Get<float>(), 64);
+    if (fixed) { SetFlag<HardEvent::MTE3_MTE2>(0); WaitFlag<HardEvent::MTE3_MTE2>(0); }
+    DataCopy(c.Get<float>(), g.y[96], 64);
+}
+
 struct Control { Body body; uint32_t cores; };
 const Control CONTROLS[] = {
     {ub_overflow, 1}, {buffers_per_position, 1}, {buffers_per_kernel, 1}, {alloc_beyond_num, 1}, {queue_depth, 1},
@@ -294,7 +304,7 @@ const Control CONTROLS[] = {
     {raw_v_v, 1}, {raw_s_v, 1}, {raw_v_s, 1}, {transitive_sync, 1}, {flag_unmatched, 1},
     {event_id, 1}, {queue_sync, 1}, {sync_all_missing, 4}, {one_core_fails, 4}, {waw_v_mte2, 1},
     {release_event, 1}, {cast_overlap, 1}, {select_mode, 1}, {gm_setvalue_input, 1},
-    {datacopy_params, 1},
+    {datacopy_params, 1}, {gm_raw_mte3_mte2, 1},
 };
 }  // namespace
 

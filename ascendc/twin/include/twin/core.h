@@ -142,6 +142,13 @@ struct BlockMeta {
     uint32_t rseq[NPI] = {}, rcall[NPI] = {};
 };
 
+// A GM range this core wrote (MTE3 copy or scalar store) that some reader pipe may not be synced with yet.
+struct GmWrite {
+    uintptr_t lo, hi;
+    uint32_t seq, call;
+    uint8_t pipe;
+};
+
 struct CallRec {
     const char* name;
     uint8_t pipe;
@@ -165,6 +172,7 @@ struct Core {
     // vector clocks: vc[R][W] = highest W-seq known complete to pipe R; seq[W] = calls issued on W
     uint32_t vc[NPI][NPI] = {}, seq[NPI] = {};
     std::vector<CallRec> calls;
+    std::vector<GmWrite> gm_writes;
     std::vector<Snap> flags[64][model::MAX_EVENT_ID];  // pending SetFlags per HardEvent and id (FIFO)
     uint8_t event_alloc[64] = {};                      // AllocEventID bitmap per HardEvent
     // timing
@@ -337,6 +345,35 @@ struct Core {
                 if (x != r && bm.rseq[x] > vc[r][x] && bm.rcall[x] != call)
                     hazard("WAR", call, m, b, bm.rcall[x], x, r);
         }
+    }
+    // GM hazards within one core: a GM read (MTE2 copy, scalar load) of bytes this core wrote on another pipe
+    // (MTE3 copy, scalar store) needs a sync between the two pipes (e.g. SetFlag/WaitFlag<MTE3_MTE2>).
+    void gm_wrote(uint32_t call, const void* p, uint64_t bytes) {
+        if (!bytes) return;
+        uint8_t w = calls[call].pipe;
+        auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+        if (!gm_writes.empty()) {
+            auto& b = gm_writes.back();
+            if (b.pipe == w && b.hi == lo) { b.hi = hi; b.seq = seq[w]; b.call = call; return; }
+        }
+        gm_writes.push_back({lo, hi, seq[w], call, w});
+        if (gm_writes.size() > 64) {
+            std::vector<GmWrite> live;
+            for (auto& e : gm_writes)
+                if (e.seq > vc[P_MTE2][e.pipe] || e.seq > vc[P_S][e.pipe] || e.seq > vc[P_MTE1][e.pipe]) live.push_back(e);
+            gm_writes.swap(live);
+        }
+    }
+    void gm_read(uint32_t call, const void* p, uint64_t bytes) {
+        int r = calls[call].pipe;
+        auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+        for (auto& e : gm_writes)
+            if (e.pipe != r && e.lo < hi && lo < e.hi && e.seq > vc[r][e.pipe]) {
+                std::string ws = pi_name(e.pipe) + 5, rs = pi_name(r) + 5;
+                fail("pipe-hazard", calls[call].name, "RAW on GM: " + call_desc(call) + " reads GM bytes this core "
+                     "wrote with " + call_desc(e.call) + " with no SetFlag/WaitFlag<HardEvent::" + ws + "_" + rs +
+                     "> or PipeBarrier<PIPE_ALL> between them");
+            }
     }
     void mark_read(uint32_t call, int m, uint32_t addr, uint32_t bytes) {
         int r = calls[call].pipe;

@@ -63,6 +63,7 @@ template <typename T> inline void DataCopy(const LocalTensor<T>& dst, const Glob
     c.cnt.mte2_bytes += bytes;
     c.on_write(id, dst.mem_, dst.addr_, uint32_t(bytes));
     c.mark_write(id, dst.mem_, dst.addr_, uint32_t(bytes));
+    c.gm_read(id, src.ptr_, bytes);
     std::memcpy(dst.data(), src.ptr_, bytes);
 }
 // DataCopy UB -> GM, `count` elements (same alignment rules; GM past the tensor would be overwritten).
@@ -80,6 +81,7 @@ template <typename T> inline void DataCopy(const GlobalTensor<T>& dst, const Loc
     c.on_read(id, src.mem_, src.addr_, uint32_t(bytes));
     c.mark_read(id, src.mem_, src.addr_, uint32_t(bytes));
     twin::gm_store(c, call, reinterpret_cast<uint8_t*>(dst.ptr_), reinterpret_cast<const uint8_t*>(src.data()), bytes, sizeof(T));
+    c.gm_wrote(id, dst.ptr_, bytes);
 }
 namespace detail {
 inline void check_copy_params(const char* call, const DataCopyParams& p) {
@@ -107,6 +109,7 @@ template <typename T> inline void DataCopy(const LocalTensor<T>& dst, const Glob
         uint32_t uo = uint32_t(b * (blk + p.dstStride * 32));
         c.on_write(id, dst.mem_, dst.addr_ + uo, uint32_t(blk));
         c.mark_write(id, dst.mem_, dst.addr_ + uo, uint32_t(blk));
+        c.gm_read(id, g + b * (blk + p.srcStride * 32), blk);
         std::memcpy(u + uo, g + b * (blk + p.srcStride * 32), blk);
     }
 }
@@ -127,6 +130,7 @@ template <typename T> inline void DataCopy(const GlobalTensor<T>& dst, const Loc
         c.on_read(id, src.mem_, src.addr_ + uo, uint32_t(blk));
         c.mark_read(id, src.mem_, src.addr_ + uo, uint32_t(blk));
         twin::gm_store(c, call, g + b * (blk + p.dstStride * 32), u + uo, blk, sizeof(T));
+        c.gm_wrote(id, g + b * (blk + p.dstStride * 32), blk);
     }
 }
 
@@ -169,6 +173,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
             for (uint64_t i = 0; i < lp; i += sizeof(T)) std::memcpy(u + uo + i, &pad.paddingValue, sizeof(T));
             for (uint64_t i = 0; i < rp; i += sizeof(T)) std::memcpy(u + uo + lp + p.blockLen + i, &pad.paddingValue, sizeof(T));
         }
+        c.gm_read(id, g + b * (uint64_t(p.blockLen) + p.srcStride), p.blockLen);
         std::memcpy(u + uo + lp, g + b * (uint64_t(p.blockLen) + p.srcStride), p.blockLen);
     }
 }
@@ -193,6 +198,7 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
         c.on_read(id, src.mem_, src.addr_ + uint32_t(uo), p.blockLen);
         c.mark_read(id, src.mem_, src.addr_ + uint32_t(uo), p.blockLen);
         twin::gm_store(c, call, g + b * (uint64_t(p.blockLen) + p.dstStride), u + uo, p.blockLen, sizeof(T));
+        c.gm_wrote(id, g + b * (uint64_t(p.blockLen) + p.dstStride), p.blockLen);
     }
 }
 }  // namespace AscendC

@@ -105,15 +105,17 @@ template <typename T> class GlobalTensor {
     }
     T GetValue(uint64_t i) const {
         check("GlobalTensor::GetValue", i, 1, false);
-        core().issue("GlobalTensor::GetValue", twin::P_S, twin::model::cycles_to_ns(twin::model::MTE_LATENCY_CYCLES));
+        uint32_t id = core().issue("GlobalTensor::GetValue", twin::P_S, twin::model::cycles_to_ns(twin::model::MTE_LATENCY_CYCLES));
         core().cnt.scalar_ops++;
+        core().gm_read(id, ptr_ + i, sizeof(T));
         T v; std::memcpy(&v, ptr_ + i, sizeof(T)); return v;
     }
     void SetValue(uint64_t i, T v) const {
         check("GlobalTensor::SetValue", i, 1, true);
-        core().issue("GlobalTensor::SetValue", twin::P_S, twin::model::cycles_to_ns(twin::model::SCALAR_OP_CYCLES));
+        uint32_t id = core().issue("GlobalTensor::SetValue", twin::P_S, twin::model::cycles_to_ns(twin::model::SCALAR_OP_CYCLES));
         core().cnt.scalar_ops++;
         std::memcpy(ptr_ + i, &v, sizeof(T));
+        core().gm_wrote(id, ptr_ + i, sizeof(T));
     }
     uint64_t GetSize() const { return size_; }
     __gm__ T* GetPhyAddr() const { return ptr_; }

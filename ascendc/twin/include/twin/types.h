@@ -8,7 +8,6 @@
 #define __global__
 #define __aicore__
 #define __gm__
-#define __inline__ inline
 #ifndef GM_ADDR
 #define GM_ADDR __gm__ uint8_t*
 #endif
