@@ -227,13 +227,11 @@ template <TPosition src, TPosition dst, int32_t depth, auto mask = 0> class TQue
             c.fail("double-free", "TQue::FreeTensor", "tensor was already freed");
         if (s.state == twin::Slot::QUEUED)
             c.fail("queue-misuse", "TQue::FreeTensor", "tensor freed while still enqueued (DeQue it first)");
+        bool never_queued = s.state == twin::Slot::ALLOCATED;
         s.state = twin::Slot::FREE;
         s.gen = ++c.gen_counter;
-        s.freed = c.snapshot(cons_);
-        // the producer might have touched it last (alloc -> free without EnQue): wait for both
-        auto p = c.snapshot(prod_);
-        for (int x = 0; x < twin::NPI; ++x) s.freed.vc[x] = std::max(s.freed.vc[x], p.vc[x]);
-        s.freed.t = std::max(s.freed.t, p.t);
+        // the consumer used it last; without an EnQue the producer did (alloc -> free): wait for that pipe
+        s.freed = c.snapshot(never_queued ? prod_ : cons_);
     }
     bool VacantInQue() const { return count_ < depth; }
     bool HasTensorInQue() const { return count_ > 0; }
