@@ -157,3 +157,11 @@ def test_init_buffer_rounds_to_32_bytes(twin_lib, report, length, rounded):
     twin_lib.twin_tbuf_len(length, ctypes.byref(got), ctypes.byref(nxt), ctypes.byref(report))
     assert report.ok, report.message
     assert got.value == rounded and nxt.value == rounded
+
+
+def test_hbm_reservation_ends_with_a_sub_ulp_remainder(twin_lib):
+    twin_lib.twin_hbm_gap_probe.restype = ctypes.c_double
+    n = ctypes.c_uint32()
+    end = twin_lib.twin_hbm_gap_probe(ctypes.byref(n))
+    assert end == pytest.approx(1e5 + 15.0, abs=1e-6)
+    assert n.value == 1  # the gap is filled: one busy interval [1e5, 1e5 + 20)

@@ -250,3 +250,12 @@ extern "C" int twin_tbuf_len(uint32_t len, uint32_t* got, uint32_t* next_offset,
     twin::to_c(L.report(), out);
     return 0;
 }
+// The HBM-share reservation when, after filling a gap, less than one ulp of t remains to reserve (a case that once
+// looped forever, appending empty slices): returns when the reservation ends and how many busy intervals remain.
+extern "C" double twin_hbm_gap_probe(uint32_t* intervals) {
+    twin::Core c;
+    c.hbm_busy = {{1e5, 1e5 + 10.0}, {1e5 + 15.0, 1e5 + 20.0}};
+    double end = c.hbm_reserve(1e5, 5.0 + 3e-12);
+    *intervals = uint32_t(c.hbm_busy.size());
+    return end;
+}

@@ -245,7 +245,8 @@ struct Core {
     // Reserve `need` ns of this core's HBM share from `start` on, filling idle gaps first (a fluid model of a
     // shared channel: MTE2 and MTE3 transfers interleave); returns when the last byte has passed.
     double hbm_reserve(double start, double need) {
-        double lo = std::min(free_t[P_MTE2], free_t[P_MTE3]);
+        // no later DMA can start before this (pipes start no earlier than free/ready and the scalar issue clock)
+        double lo = std::min(std::max({free_t[P_MTE2], ready_t[P_MTE2], t_s}), std::max({free_t[P_MTE3], ready_t[P_MTE3], t_s}));
         size_t keep = 0;
         while (keep < hbm_busy.size() && hbm_busy[keep].second < std::min(lo, start)) ++keep;
         hbm_busy.erase(hbm_busy.begin(), hbm_busy.begin() + keep);
@@ -253,8 +254,9 @@ struct Core {
         double t = start, left = need;
         size_t i = 0;
         while (i < hbm_busy.size() && hbm_busy[i].second <= t) ++i;
-        while (left > 1e-12) {
-            if (i < hbm_busy.size() && hbm_busy[i].first <= t) { t = std::max(t, hbm_busy[i].second); ++i; continue; }
+        constexpr double EPS = 1e-6;  // ns: gaps shorter than this are skipped (keeps the loop finite in floating point)
+        while (left > EPS) {
+            if (i < hbm_busy.size() && hbm_busy[i].first <= t + EPS) { t = std::max(t, hbm_busy[i].second); ++i; continue; }
             double gap_end = i < hbm_busy.size() ? hbm_busy[i].first : t + left;
             double use = std::min(left, gap_end - t);
             add.push_back({t, t + use});
@@ -264,7 +266,7 @@ struct Core {
         std::sort(hbm_busy.begin(), hbm_busy.end());
         std::vector<std::pair<double, double>> merged;
         for (auto& iv : hbm_busy) {
-            if (!merged.empty() && iv.first <= merged.back().second + 1e-9) merged.back().second = std::max(merged.back().second, iv.second);
+            if (!merged.empty() && iv.first <= merged.back().second + EPS) merged.back().second = std::max(merged.back().second, iv.second);
             else merged.push_back(iv);
         }
         hbm_busy.swap(merged);
