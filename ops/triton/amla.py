@@ -67,7 +67,7 @@ from .._library import batch_invariant_enabled
 from ._common import load_configs as _load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner
 
 __all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan",
-           "launch_plan_for", "output_allocator", "pow2_rescale", "invariant_chunking", "invariant_chunk_len",
+           "launch_plan_for", "compile_cases", "output_allocator", "pow2_rescale", "invariant_chunking", "invariant_chunk_len",
            "BATCH_INVARIANT_POLICIES", "BATCH_INVARIANT_POLICY"]
 
 _LN2 = math.log(2.0)
@@ -966,30 +966,36 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
 
 
 # ==============================================================================================
-# Ascend compile cases (one per jit kernel × Ascend launch config the launcher can pick)
+# compile cases (one per jit kernel × launch config the launcher can pick)
 # ==============================================================================================
 ASCEND_PAGES = (128, 32, 16)   # block sizes the compile check covers (CANN's 128; smaller ones shrink BLOCK_N)
 
 
-def ascend_compile_cases() -> list[dict]:
-    """Cases for the triton-ascend 3.2 compile check, built with :func:`launch_plan` itself so they are the
-    launches an NPU makes: the forward kernel for each Ascend tile × block size in ``ASCEND_PAGES`` (the plan
-    may shrink BLOCK_N to the page) × split / unsplit / batch-invariant split × AMLA (fp16, bf16) / multiply
-    (fp16) rescale, and the merge kernel (default and the batch-invariant ordered loop). Integer arguments that are 1 at every launch (the lse row stride, which Triton then
-    specialises to a constant) are declared constexpr 1."""
-    sect = load_configs()["ascend"]
-    npu = torch.device("npu") if hasattr(torch, "npu") else torch.device("meta")
+def compile_cases(key: str = "ascend", *, pages: tuple[int, ...] = ASCEND_PAGES, dtypes: tuple[str, ...] = ("fp16", "bf16"),
+                  rescales: tuple[int, ...] = (1, 0)) -> list[dict]:
+    """Offline compile cases of one launch table (``key``: "ascend", "cuda", "interpreter"), built with
+    :func:`launch_plan` itself so they are the launches a device makes: the forward kernel for each tile of the table ×
+    block size in ``pages`` (the plan may shrink BLOCK_N to the page or fall back to gathers) × unsplit / split /
+    batch-invariant split × ``dtypes`` × AMLA (1) / multiply (0) rescale (multiply in fp16 only, not in the mode),
+    and the merge kernel (the table's merge and the batch-invariant ordered loop). Each case: dict(name, fn,
+    signature, constexprs) for ``triton.compiler.ASTSource``. Integer arguments that are 1 at every launch (the lse row
+    stride, which Triton then specialises to a constant) are declared constexpr 1. Raises ValueError for an unknown
+    ``key``."""
+    sect = dict(load_configs()[key]) if key in load_configs() else None
+    if sect is None:
+        raise ValueError(f"key must be one of {list(load_configs())}, got {key!r}")
+    dev = torch.device("meta")
     cases, seen = [], set()
     ints = ["sqn_b", "sqn_s", "sqn_h", "sqr_b", "sqr_s", "sqr_h", "skv_p", "skv_s", "skr_p", "skr_s", "sbt_b",
             "so_b", "so_s", "so_h", "sl_b", "sl_s", "N", "S_Q", "ROWS", "MAX_KEYS", "NUM_PAGES", "NUM_M",
             "NUM_SPLITS", "TOTAL_WORK"]
     for tile in sect["tiles"]:
         rows = tile["max_rows"] or 256
-        for page in ASCEND_PAGES:
-            plan = launch_plan(1, 1, rows, 4096, npu, {"key": "ascend"}, 1, page=page)
-            for dt in ("fp16", "bf16"):
+        for page in pages:
+            plan = launch_plan(1, 1, rows, 4096, dev, {"key": key, "cores": sect["cores"] or 132}, 1, page=page)
+            for dt in dtypes:
                 for split, inv in ((False, False), (True, False), (True, True)):
-                    for rescale in (1, 0):
+                    for rescale in rescales:
                         if (dt == "bf16" or inv) and rescale == 0:
                             continue
                         chunk, cap = invariant_chunking(BATCH_INVARIANT_POLICY, rows) if inv else (0, 1)
@@ -999,7 +1005,8 @@ def ascend_compile_cases() -> list[dict]:
                                      Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"],
                                      FGUARD=plan["float_guard"], PEEL=plan["peel"], INV_CHUNK=chunk,
                                      INV_MAX_CHUNKS=cap, INV_UNIT=INVARIANT_CHUNK_UNIT if inv else 1)
-                        name = (f"amla_fwd_{dt}_bm{plan['BLOCK_M']}_bn{plan['BLOCK_N']}_page{page}"
+                        stages = "" if key == "ascend" else f"_w{plan['num_warps']}s{plan['num_stages']}"
+                        name = (f"amla_fwd_{dt}_bm{plan['BLOCK_M']}_bn{plan['BLOCK_N']}{stages}_page{page}"
                                 f"_{'split' if split else 'nosplit'}_{'amla' if rescale else 'mul'}"
                                 f"{'_invariant' if inv else ''}")
                         if name in seen:
@@ -1010,16 +1017,25 @@ def ascend_compile_cases() -> list[dict]:
                                "lse_ptr": "*fp32", "opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "scale": "fp32"}
                         sig.update({k: "i32" for k in ints})
                         sig.update({k: "constexpr" for k in const})
-                        cases.append(dict(name=name, fn=_amla_fwd_kernel, signature=sig, constexprs=const))
-    for dt in ("fp16", "bf16"):
+                        cases.append(dict(name=name, fn=_amla_fwd_kernel, signature=sig, constexprs=const,
+                                          num_warps=plan["num_warps"], num_stages=plan["num_stages"]))
+    vec = int(sect["merge"].get("vec_min_splits", 0)) > 0
+    cols = int(sect["merge"].get("cols", 0))
+    for dt in dtypes:
         for inv in (False, True):
             sig = {"opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "out_ptr": f"*{dt}", "lse_ptr": "*fp32"}
             sig.update({k: "i32" for k in ["so_b", "so_s", "so_h", "sl_b", "sl_s", "N", "ROWS", "NUM_SPLITS",
                                            "TOTAL_WORK"]})
             splits = INVARIANT_MAX_CHUNKS if inv else sect["max_splits"]
-            const = dict(sl_h=1, D_V=512, SPLITS_P2=_np2(splits), PERSISTENT=True, DV_BLOCK=512,
-                         VEC=not inv and int(sect["merge"].get("vec_min_splits", 0)) > 0, ORDERED=inv)
+            v = vec and not inv
+            const = dict(sl_h=1, D_V=512, SPLITS_P2=_np2(splits), PERSISTENT=bool(sect["persistent"]),
+                         DV_BLOCK=cols if v and 0 < cols < 512 else 512, VEC=v, ORDERED=inv)
             sig.update({k: "constexpr" for k in const})
             cases.append(dict(name=f"amla_merge_{dt}{'_invariant' if inv else ''}", fn=_amla_merge_kernel,
-                              signature=sig, constexprs=const))
+                              signature=sig, constexprs=const, num_warps=sect["merge"]["num_warps"], num_stages=1))
     return cases
+
+
+def ascend_compile_cases() -> list[dict]:
+    """:func:`compile_cases` of the "ascend" table, for the triton-ascend 3.2 compile check (docs/ascend.md)."""
+    return compile_cases("ascend")
