@@ -1,8 +1,9 @@
 """``ds::amla`` reference: MLA decode attention over a paged latent cache.
 
-Two functions:
+Functions:
 
 * :func:`amla` — the golden semantics: exact softmax in fp32, one request at a time.
+* :func:`pow2_rescale` — AMLA's integer rescale of the fp32 output with our zero / denormal guard (or CANN's).
 * :func:`amla_blockwise` — a block-by-block emulation of the AMLA algorithm as Huawei ships it
   (arXiv 2509.25224; CANN ``hicann/ops-transformer`` ``AmlaVecCompute`` / ``ProcessAmlaNupdate`` /
   ``DealBmm2ResBaseBlock``), so the algorithm's own error can be measured against :func:`amla`; plus
@@ -145,8 +146,12 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
 _F32 = dict(dtype=torch.float32)
 
 
-def pow2_rescale(o: torch.Tensor, n_add: torch.Tensor, dn: torch.Tensor, ratio: torch.Tensor, guard: str) -> torch.Tensor:
-    """AMLA's rescale of the fp32 running output: add ``n_add`` (int64 [R]) to each row's int32 bit pattern.
+def pow2_rescale(o: torch.Tensor, n_add: torch.Tensor, dn: torch.Tensor, ratio: torch.Tensor,
+                 guard: str) -> torch.Tensor:
+    """AMLA's rescale of the fp32 running output o [R, Dc]: add ``n_add`` (int64 [R], = rint((dn + ε)·2²³)) to each
+    row's int32 bit pattern; dn [R] fp32 is the exponent shift, ratio [R] fp32 the compensation cof_prev/cof. Returns
+    the rescaled o [R, Dc] fp32 (a new tensor). guard: "exponent" or "cann" (any other value acts as "exponent").
+    Source: arXiv 2509.25224 (as_fp32(as_int32(F) + n·2²³) = F·2^n).
 
     guard="exponent" (ours): the integer add is applied only where it is exact exponent arithmetic —
     the exponent field E satisfies E ≥ 2 + |dn| (the result stays a normal number even after the

@@ -109,7 +109,7 @@ def test_request_bits_do_not_depend_on_the_batch(be, S_q, bs, gen):
 @pytest.mark.interpreter
 @pytest.mark.parametrize("policy", ["scaled", "fixed", "single"])
 def test_every_chunk_policy_is_batch_invariant(policy, gen):
-    """Each policy of BATCH_INVARIANT_POLICIES through amla_variant(invariant=...), alone vs 7 requests (interpreter)."""
+    """Each policy of BATCH_INVARIANT_POLICIES through amla_variant(invariant=...): alone vs 7 requests."""
     tri = pytest.importorskip("ops.triton.amla")
     be = next(p.values[0] for p in BACKENDS if p.values[0].name == "triton")
     if be.device != "cpu":

@@ -49,8 +49,20 @@ Addressing and work split (constexprs, from the launch config):
 
 No host synchronisation on the launch path: the split count comes from shapes (B, N, S_q and
 max_blocks·block_size as an upper bound on L), each program reads its own L from ``seq_lens`` on the
-device and splits it evenly; the op is CUDA-graph and torch.compile(fullgraph=True) safe.
-Launch configs live in ops/triton/configs/amla.json ("cuda", "ascend", "interpreter").
+device and splits it evenly; the op is CUDA-graph and torch.compile(fullgraph=True) safe. In the batch-invariant
+mode (``INV_CHUNK`` > 0) a program instead takes chunk ``split`` of the request's own chunking
+(:func:`invariant_chunk_len`) and the merge runs ``ORDERED`` (docs/ops/amla.md, "Batch-invariant mode").
+
+Launch tables: ops/triton/configs/amla.json, one section per backend ("cuda" NVIDIA, "ascend" 910B, "interpreter"
+CPU). Section keys: ``cores`` (0 = the device's SM count), ``vector_cores`` (merge grid cap, persistent sections),
+``persistent`` (grid = min(work, cores·programs_per_core) with a loop over work items), ``fill`` / ``max_splits`` /
+``min_keys_per_split`` (split count, :func:`launch_plan`), ``rescale_skip``, ``amla_round_c`` / ``lazy`` (the
+rescale variant, :func:`amla_variant`), ``flat`` / ``flat_shrink`` / ``float_guard`` / ``peel`` (the constexprs above),
+``merge`` {``num_warps``, ``vec_min_splits``, ``vec_max_rows``, ``cols``} (the vectorised merge from vec_min_splits
+splits up to vec_max_rows rows in all, ``cols`` columns per work item), ``tiles`` (tried in order, the first whose
+``max_rows`` ≥ S_q·N wins, null = any): ``BLOCK_M``, ``BLOCK_N``, ``num_warps``, ``num_stages``,
+``programs_per_core``, ``q_in_loop`` (re-read the queries every key tile) and overrides of ``flat`` / ``peel`` /
+``rescale_skip``.
 """
 from __future__ import annotations
 
@@ -67,7 +79,8 @@ from .._library import batch_invariant_enabled
 from ._common import load_configs as _load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner
 
 __all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan",
-           "launch_plan_for", "compile_cases", "output_allocator", "pow2_rescale", "invariant_chunking", "invariant_chunk_len",
+           "launch_plan_for", "compile_cases", "output_allocator", "pow2_rescale", "invariant_chunking",
+           "invariant_chunk_len",
            "BATCH_INVARIANT_POLICIES", "BATCH_INVARIANT_POLICY"]
 
 _LN2 = math.log(2.0)
@@ -173,7 +186,7 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
     # (the MMA accumulator truncates; one 576-long chain biases the logits by ~1e-5 at DeepSeek scales).
     # Pairwise ((a + b) + (c + d)) + rope. Keep the per-chain `* scale`: Triton
     # folds dot(a, b, 0) + x into dot(a, b, x), so unscaled chains would be accumulated in the MMA again (measured
-    # on the H200: lse 1.3e-5 off fp64, docs/perf/amla.md, session 3)
+    # on the H200: lse 1.3e-5 off fp64)
     s = (tl.dot(qa, tl.trans(k_a)) * scale + tl.dot(qb, tl.trans(k_b)) * scale) + \
         (tl.dot(qc, tl.trans(k_c)) * scale + tl.dot(qd, tl.trans(k_d)) * scale)
     s = s + tl.dot(qr, tl.trans(kr)) * scale
@@ -971,8 +984,8 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
 ASCEND_PAGES = (128, 32, 16)   # block sizes the compile check covers (CANN's 128; smaller ones shrink BLOCK_N)
 
 
-def compile_cases(key: str = "ascend", *, pages: tuple[int, ...] = ASCEND_PAGES, dtypes: tuple[str, ...] = ("fp16", "bf16"),
-                  rescales: tuple[int, ...] = (1, 0)) -> list[dict]:
+def compile_cases(key: str = "ascend", *, pages: tuple[int, ...] = ASCEND_PAGES,
+                  dtypes: tuple[str, ...] = ("fp16", "bf16"), rescales: tuple[int, ...] = (1, 0)) -> list[dict]:
     """Offline compile cases of one launch table (``key``: "ascend", "cuda", "interpreter"), built with
     :func:`launch_plan` itself so they are the launches a device makes: the forward kernel for each tile of the table ×
     block size in ``pages`` (the plan may shrink BLOCK_N to the page or fall back to gathers) × unsplit / split /
