@@ -15,12 +15,23 @@ tri = pytest.importorskip("ops.triton.amla")
 
 CPU = torch.device("cpu")
 SECTION_KEYS = {"cores", "vector_cores", "persistent", "fill", "max_splits", "min_keys_per_split", "rescale_skip",
-                "merge", "amla_round_c", "lazy", "tiles", "flat", "flat_shrink", "float_guard", "peel"}
+                "amla_round_c", "lazy", "buckets", "flat", "flat_shrink", "float_guard", "peel"}
 REQUIRED = SECTION_KEYS - {"vector_cores"}
-TILE_KEYS = {"max_rows", "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core", "q_in_loop", "flat",
+TILE_KEYS = {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core", "q_in_loop", "flat",
              "rescale_skip", "peel"}
 MERGE_KEYS = {"num_warps", "vec_min_splits", "vec_max_rows", "cols"}
 TABLES = sorted(tri.load_configs())
+
+
+def _tiles(key):
+    """The table's buckets as tile configs with their max_rows (None: every row count)."""
+    return [dict(b["config"], max_rows=tri.bucket_rows(b)[1]) for b in tri.section(key)["buckets"]]
+
+
+def _no_prose(node):
+    if isinstance(node, dict):
+        return all(not k.startswith("_") and _no_prose(v) for k, v in node.items())
+    return all(_no_prose(v) for v in node) if isinstance(node, list) else True
 
 
 def _pow2(x):
@@ -29,22 +40,26 @@ def _pow2(x):
 
 @pytest.mark.parametrize("key", TABLES)
 def test_table_parses(key):
-    """Each section holds only known keys of the right types; tiles are ordered by max_rows and the last one takes
-    every row count; tile sizes are powers of two (tl.arange); no prose, no candidates."""
-    sect = tri.load_configs()[key]
-    assert set(sect) <= SECTION_KEYS and REQUIRED <= set(sect), set(sect) ^ REQUIRED
+    """The table is a "fwd" and a "merge" section holding only known keys of the right types (no prose, no
+    candidates); the buckets match on rows = S_q·N with ranges that follow each other from 1, the last one matching
+    every shape; tile sizes are powers of two (tl.arange)."""
+    table = tri.load_configs()[key]
+    assert set(table) == {"fwd", "merge"} and _no_prose(table)
+    sect = tri.section(key)
+    assert set(sect) - {"merge"} <= SECTION_KEYS and REQUIRED <= set(sect), set(sect) ^ REQUIRED
+    lo = 1
+    for b in sect["buckets"][:-1]:
+        assert set(b) == {"match", "config"} and set(b["match"]) == {"rows"}, b
+        assert b["match"]["rows"][0] == lo and b["match"]["rows"][1] >= lo, (lo, b)
+        lo = b["match"]["rows"][1] + 1
+    assert set(sect["buckets"][-1]) == {"config"}
     assert isinstance(sect["cores"], int) and sect["cores"] >= 0 and 0 < sect["fill"] <= 1
     assert sect["max_splits"] >= 1 and sect["min_keys_per_split"] >= 1
     assert set(sect["merge"]) <= MERGE_KEYS and sect["merge"]["num_warps"] >= 1
     for k in ("persistent", "rescale_skip", "amla_round_c", "flat", "flat_shrink", "float_guard", "peel"):
         assert isinstance(sect[k], bool), k
-    tiles = sect["tiles"]
-    assert tiles and tiles[-1]["max_rows"] is None
-    bounds = [t["max_rows"] for t in tiles[:-1]]
-    assert bounds == sorted(set(bounds)) and all(isinstance(b, int) and b > 0 for b in bounds)
-    for t in tiles:
-        assert set(t) <= TILE_KEYS and {"max_rows", "BLOCK_M", "BLOCK_N", "num_warps", "num_stages",
-                                        "programs_per_core"} <= set(t), t
+    for t in (b["config"] for b in sect["buckets"]):
+        assert set(t) <= TILE_KEYS and {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core"} <= set(t), t
         assert _pow2(t["BLOCK_M"]) and t["BLOCK_M"] >= 16 and _pow2(t["BLOCK_N"]) and t["BLOCK_N"] >= 16, t
         assert _pow2(t["num_warps"]) and t["num_stages"] >= 1 and t["programs_per_core"] >= 1, t
         assert tri.INVARIANT_CHUNK_UNIT % t["BLOCK_N"] == 0, "the batch-invariant chunks must hold whole tiles"
@@ -53,7 +68,7 @@ def test_table_parses(key):
 @pytest.mark.parametrize("key", TABLES)
 def test_every_bucket_is_reachable(key):
     """For each tile, the row counts S_q·N up to its max_rows (and past the previous one) pick exactly it."""
-    tiles = tri.load_configs()[key]["tiles"]
+    tiles = _tiles(key)
     lo = 1
     for t in tiles:
         hi = t["max_rows"] or lo + 300
@@ -79,13 +94,13 @@ def test_split_count_follows_the_table_and_fits_one_wave(key):
     """Split count = min(floor(resident programs / programs), ceil(max_keys / min_keys_per_split), max_splits) when
     the programs do not fill fill·cores·programs_per_core, else 1 — read from the table, for many shapes; so
     programs·splits never exceed one wave of resident programs."""
-    sect = tri.load_configs()[key]
+    sect = tri.section(key)
     for cores in (132, 20, 3):
         for B in (1, 3, 16, 40, 64, 100):
             for S_q, N in ((1, 16), (2, 16), (1, 128), (2, 5)):
                 for mk in (0, 300, 4096, 1 << 16):
                     rows = S_q * N
-                    tile = next(t for t in sect["tiles"] if t["max_rows"] is None or rows <= t["max_rows"])
+                    tile = tri.tile_for(sect["buckets"], rows)
                     p = tri.launch_plan(B, S_q, N, mk, CPU, {"key": key, "cores": cores})
                     want = _expected_splits(sect, tile, B, rows, mk, cores)
                     assert p["num_splits"] == want, (key, cores, B, S_q, N, mk, p)
@@ -116,8 +131,8 @@ def test_launch_plan_is_from_shapes_only():
 def test_plan_flags_follow_the_table(key):
     """peel, float_guard, rescale_skip, round_c, lazy come from the table (a tile may override peel / flat /
     rescale_skip); the compile cases carry the same constexprs."""
-    sect = tri.load_configs()[key]
-    for t in sect["tiles"]:
+    sect = tri.section(key)
+    for t in _tiles(key):
         rows = t["max_rows"] or 300
         p = tri.launch_plan(2, 1, rows, 4096, CPU, {"key": key, "cores": 132}, page=t["BLOCK_N"])
         assert p["peel"] == t.get("peel", sect["peel"]) and p["float_guard"] == sect["float_guard"]
@@ -125,7 +140,7 @@ def test_plan_flags_follow_the_table(key):
         assert p["lazy"] == sect["lazy"] and p["flat"] == t.get("flat", sect["flat"])
     for c in tri.compile_cases(key, pages=(64,)):
         if c["name"].startswith("amla_fwd"):
-            assert c["constexprs"]["PEEL"] in {t.get("peel", sect["peel"]) for t in sect["tiles"]}
+            assert c["constexprs"]["PEEL"] in {t.get("peel", sect["peel"]) for t in _tiles(key)}
             assert c["constexprs"]["FGUARD"] == sect["float_guard"]
 
 
@@ -145,8 +160,8 @@ def test_vectorised_merge_only_from_vec_min_splits_up_to_vec_max_rows():
     assert not plan(1, 1)["merge_vec"]
     assert not plan(1, 8, vec_min_splits=0)["merge_vec"]
     p = tri.launch_plan(64, 1, 16, 4096, CPU, {"key": "cuda", "cores": 132, "merge": {"vec_max_rows": 4096}}, 4)
-    assert p["merge_warps"] == tri.load_configs()["cuda"]["merge"]["num_warps"]
-    assert p["merge_cols"] == tri.load_configs()["cuda"]["merge"].get("cols", 0)
+    assert p["merge_warps"] == tri.section("cuda")["merge"]["num_warps"]
+    assert p["merge_cols"] == tri.section("cuda")["merge"].get("cols", 0)
 
 
 def _meta_inputs(B, N, Dc=512, L=40, bs=16, S_q=1):
@@ -179,10 +194,10 @@ def test_vectorised_merge_tile_bound_uses_the_real_latent_dim():
 
 def test_launch_plan_names_a_bad_config_key():
     """config["key"] must name a launch table; a typo gave KeyError 'tiles'."""
-    for bad in ("CUDA", "tiles"):
+    for bad in ("CUDA", "fwd"):
         with pytest.raises(ValueError, match=f"config key must be one of .*got '{bad}'"):
             tri.launch_plan(1, 1, 16, 4096, CPU, {"key": bad})
-    with pytest.raises(ValueError, match="key must be one of"):
+    with pytest.raises(ValueError, match="config key must be one of"):
         tri.compile_cases("npu")
 
 
@@ -190,7 +205,7 @@ def test_launch_plan_names_a_bad_config_key():
 def test_compile_cases_are_well_formed(key):
     """Every case names exactly the kernel's arguments, its constexprs are those of the plan the launcher makes for
     that table (flat addressing only where the tile lies in one page), and on Ascend the accumulator tile fits."""
-    sect = tri.load_configs()[key]
+    sect = tri.section(key)
     cases = tri.compile_cases(key, pages=tri.ASCEND_PAGES)
     assert cases and len({c["name"] for c in cases}) == len(cases)
     assert {c["constexprs"].get("INV_CHUNK", 0) > 0 for c in cases if c["name"].startswith("amla_fwd")} == {False, True}
@@ -238,8 +253,8 @@ def test_flat_addressing_only_where_the_tile_lies_in_one_page():
     """CUDA keeps BLOCK_N and falls back to per-key gathers when the page is no multiple of it; flat_shrink sections
     shrink BLOCK_N to the largest power of two ≥ 16 dividing the page."""
     for key in TABLES:
-        sect = tri.load_configs()[key]
-        bn = sect["tiles"][-1]["BLOCK_N"]
+        sect = tri.section(key)
+        bn = sect["buckets"][-1]["config"]["BLOCK_N"]
         for page in (16, 24, 64, 128, 256):
             p = tri.launch_plan(2, 1, 300, 4096, CPU, {"key": key, "cores": 132}, page=page)
             if page % bn == 0:

@@ -404,10 +404,10 @@ def test_split_counts_agree_and_are_deterministic(gen):
 def test_ascend_plan_under_the_interpreter(gen):
     """The Ascend config (persistent grid of its cube cores, loop inside) computes the same thing."""
     args = make(2, 2, 8, [70, 21], gen)
-    sect = tri.load_configs()["ascend"]
+    sect = tri.section("ascend")
     plan = plan_of(args, config={"key": "ascend"})
     assert plan["persistent"] == sect["persistent"] and plan["grid"] <= sect["cores"] * max(
-        t["programs_per_core"] for t in sect["tiles"])
+        b["config"]["programs_per_core"] for b in sect["buckets"])
     check(args, config={"key": "ascend"})
     check(args, config={"key": "ascend"}, rescale="multiply")
 
@@ -418,8 +418,7 @@ def test_ascend_plan_block_sizes_under_the_interpreter(gen):
     reference."""
     lens = [150, 37]
     q_nope, q_rope, c_kv, k_rope = logical(2, 2, 4, lens, gen)
-    table_bn = next(t for t in tri.load_configs()["ascend"]["tiles"] if t["max_rows"] is None or 8 <= t["max_rows"])[
-        "BLOCK_N"]
+    table_bn = tri.tile_for(tri.section("ascend")["buckets"], 8)["BLOCK_N"]
     for bs in (128, 32, 16, 24):
         args = (q_nope, q_rope) + paged(c_kv, k_rope, lens, bs, gen)
         bn = table_bn
@@ -433,7 +432,7 @@ def test_ascend_plan_block_sizes_under_the_interpreter(gen):
 
 # every tile of the "cuda" table, run by the interpreter at tiny sizes (fp16): the wgmma/mma tiles, flat
 # addressing vs per-key gathers, the exponent-field guard
-_CUDA_TILES = [dict(t) for t in tri.load_configs()["cuda"]["tiles"]]
+_CUDA_TILES = [dict(b["config"], max_rows=tri.bucket_rows(b)[1]) for b in tri.section("cuda")["buckets"]]
 
 
 def _cuda_cfg(tile):
@@ -451,7 +450,7 @@ def test_cuda_tiles_under_the_interpreter(gen, ti, bs):
     # a tile must lie in one page for flat addressing; CUDA keeps BLOCK_N and falls back to gathers
     # (a tile may also ask for gathers outright: "flat": false)
     assert plan["BLOCK_N"] == cfg["BLOCK_N"] and plan["flat"] == (cfg.get("flat", True) and bs % cfg["BLOCK_N"] == 0)
-    assert plan["key"] == "cuda" and plan["float_guard"] == tri.load_configs()["cuda"]["float_guard"]
+    assert plan["key"] == "cuda" and plan["float_guard"] == tri.section("cuda")["float_guard"]
     check(args, config=cfg, variant="multiply_lazy")
     check(args, config=cfg, variant="amla", num_splits=3)
 

@@ -53,16 +53,17 @@ device and splits it evenly; the op is CUDA-graph and torch.compile(fullgraph=Tr
 mode (``INV_CHUNK`` > 0) a program instead takes chunk ``split`` of the request's own chunking
 (:func:`invariant_chunk_len`) and the merge runs ``ORDERED`` (docs/ops/amla.md, "Batch-invariant mode").
 
-Launch tables: ops/triton/configs/amla.json, one section per backend ("cuda" NVIDIA, "ascend" 910B, "interpreter"
-CPU). Section keys: ``cores`` (0 = the device's SM count), ``vector_cores`` (merge grid cap, persistent sections),
-``persistent`` (grid = min(work, cores·programs_per_core) with a loop over work items), ``fill`` / ``max_splits`` /
-``min_keys_per_split`` (split count, :func:`launch_plan`), ``rescale_skip``, ``amla_round_c`` / ``lazy`` (the
-rescale variant, :func:`amla_variant`), ``flat`` / ``flat_shrink`` / ``float_guard`` / ``peel`` (the constexprs above),
-``merge`` {``num_warps``, ``vec_min_splits``, ``vec_max_rows``, ``cols``} (the vectorised merge from vec_min_splits
-splits up to vec_max_rows rows in all, ``cols`` columns per work item), ``tiles`` (tried in order, the first whose
-``max_rows`` ≥ S_q·N wins, null = any): ``BLOCK_M``, ``BLOCK_N``, ``num_warps``, ``num_stages``,
-``programs_per_core``, ``q_in_loop`` (re-read the queries every key tile) and overrides of ``flat`` / ``peel`` /
-``rescale_skip``.
+Launch tables: ops/triton/configs/amla.json, one table per backend ("cuda" NVIDIA, "ascend" 910B, "interpreter" CPU),
+each with a "fwd" and a "merge" section in the grammar of ops/triton/_common.py (shared keys, then ``buckets`` tried
+in order on ``rows`` = S_q·N, first match wins, the last matches every shape). "fwd" keys: ``cores`` (0 = the
+device's SM count), ``vector_cores`` (merge grid cap, persistent tables), ``persistent`` (grid = min(work,
+cores·programs_per_core) with a loop over work items), ``fill`` / ``max_splits`` / ``min_keys_per_split`` (split
+count, :func:`launch_plan`), ``rescale_skip``, ``amla_round_c`` / ``lazy`` (the rescale variant,
+:func:`amla_variant`), ``flat`` / ``flat_shrink`` / ``float_guard`` / ``peel`` (the constexprs above); a bucket's
+config: ``BLOCK_M``, ``BLOCK_N``, ``num_warps``, ``num_stages``, ``programs_per_core``, ``q_in_loop`` (re-read the
+queries every key tile) and overrides of ``flat`` / ``peel`` / ``rescale_skip``. "merge": ``num_warps``,
+``vec_min_splits`` / ``vec_max_rows`` (the vectorised merge from that many splits, up to that many rows in all),
+``cols`` (columns per work item of the vectorised merge).
 """
 from __future__ import annotations
 
@@ -78,10 +79,9 @@ import triton.language as tl
 from .._library import batch_invariant_enabled
 from ._common import load_configs as _load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner
 
-__all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan",
-           "launch_plan_for", "compile_cases", "output_allocator", "pow2_rescale", "invariant_chunking",
-           "invariant_chunk_len",
-           "BATCH_INVARIANT_POLICIES", "BATCH_INVARIANT_POLICY"]
+__all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "compile_cases", "load_configs",
+           "section", "bucket_rows", "tile_for", "launch_plan", "launch_plan_for", "output_allocator", "pow2_rescale",
+           "invariant_chunking", "invariant_chunk_len", "BATCH_INVARIANT_POLICIES", "BATCH_INVARIANT_POLICY"]
 
 _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
@@ -552,8 +552,35 @@ def _amla_merge_kernel(opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_
 # launcher
 # ==============================================================================================
 def load_configs() -> dict:
-    """The launch configs of ops/triton/configs/amla.json (keys "cuda", "ascend", "interpreter")."""
+    """The launch tables of ops/triton/configs/amla.json: {backend: {"fwd": section, "merge": section}} for the
+    backends "cuda", "ascend", "interpreter" (the grammar of ops/triton/_common.py: a section's shared keys plus
+    ``buckets``, first match wins, on the dimension ``rows`` = S_q·N)."""
     return _load_configs("amla")
+
+
+def section(key: str) -> dict:
+    """The launch settings of table ``key`` as one dict: the forward section's shared keys, its ``buckets`` and the
+    ``merge`` section. A new dict (its buckets and merge are the table's own: copy before changing them). Raises
+    ValueError for an unknown key."""
+    tables = load_configs()
+    if key not in tables:
+        raise ValueError(f"config key must be one of {sorted(tables)}, got {key!r}")
+    return dict(tables[key]["fwd"], merge=tables[key]["merge"])
+
+
+def bucket_rows(bucket: dict) -> tuple[int, int | None]:
+    """The [lo, hi] range of query rows (S_q·N) a bucket matches (hi None: no bound)."""
+    lo, hi = bucket.get("match", {}).get("rows", [1, None])
+    return lo, hi
+
+
+def tile_for(buckets: list[dict], rows: int) -> dict:
+    """The ``config`` of the first bucket whose ``rows`` range holds ``rows`` (a copy)."""
+    for b in buckets:
+        lo, hi = bucket_rows(b)
+        if lo <= rows and (hi is None or rows <= hi):
+            return dict(b["config"])
+    raise ValueError(f"no bucket matches rows = {rows}")
 
 
 def _backend_key(device: torch.device) -> str:
@@ -643,7 +670,7 @@ def _plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, num_spl
     the invariant policy, the config section (``_backend_key(device)``) and the resolved core count (the
     section's, else the CUDA device's SM count). Shared: never modify the result."""
     key = _backend_key(device)
-    cores = load_configs()[key]["cores"]
+    cores = load_configs()[key]["fwd"]["cores"]
     if not cores:
         cores = _sm_count("cuda", torch.cuda.current_device() if device.index is None else device.index) \
             if device.type == "cuda" else 1
@@ -662,16 +689,9 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
     """:func:`launch_plan`'s body (uncached)."""
     config = dict(config or {})
     key = config.pop("key", None) or _backend_key(device)
-    tables = [k for k, v in load_configs().items() if isinstance(v, dict) and "tiles" in v]
-    if key not in tables:
-        raise ValueError(f"config key must be one of {tables}, got {key!r}")
-    sect = dict(load_configs()[key])
+    sect = section(key)
     rows = S_q * N
-    tile = None
-    for t in sect["tiles"]:
-        if t["max_rows"] is None or rows <= t["max_rows"]:
-            tile = dict(t)
-            break
+    tile = tile_for(sect["buckets"], rows)
     for k in list(config):
         if k in tile or k in _TILE_KEYS:
             tile[k] = config.pop(k)
@@ -994,16 +1014,14 @@ def compile_cases(key: str = "ascend", *, pages: tuple[int, ...] = ASCEND_PAGES,
     signature, constexprs) for ``triton.compiler.ASTSource``. Integer arguments that are 1 at every launch (the lse row
     stride, which Triton then specialises to a constant) are declared constexpr 1. Raises ValueError for an unknown
     ``key``."""
-    sect = dict(load_configs()[key]) if key in load_configs() else None
-    if sect is None:
-        raise ValueError(f"key must be one of {list(load_configs())}, got {key!r}")
+    sect = section(key)
     dev = torch.device("meta")
     cases, seen = [], set()
     ints = ["sqn_b", "sqn_s", "sqn_h", "sqr_b", "sqr_s", "sqr_h", "skv_p", "skv_s", "skr_p", "skr_s", "sbt_b",
             "so_b", "so_s", "so_h", "sl_b", "sl_s", "N", "S_Q", "ROWS", "MAX_KEYS", "NUM_PAGES", "NUM_M",
             "NUM_SPLITS", "TOTAL_WORK"]
-    for tile in sect["tiles"]:
-        rows = tile["max_rows"] or 256
+    for bucket in sect["buckets"]:
+        rows = bucket_rows(bucket)[1] or 256
         for page in pages:
             plan = launch_plan(1, 1, rows, 4096, dev, {"key": key, "cores": sect["cores"] or 132}, 1, page=page)
             for dt in dtypes:
