@@ -125,6 +125,11 @@ def test_launch_plan_is_from_shapes_only():
         lone = tri.launch_plan(1, 1, 16, 4096, CPU, {"key": key, "cores": 132})["num_splits"]
         assert lone >= tri.launch_plan(256, 1, 16, 4096, CPU, {"key": key, "cores": 132})["num_splits"]
     assert set(tri.load_configs()) >= {"cuda", "ascend", "interpreter"}
+    args = _meta_inputs(2, 8)
+    p = tri.launch_plan_for(*args)
+    p["grid"] = -1
+    p["merge_grid"] = -1
+    assert tri.launch_plan_for(*args)["grid"] > 0 and tri.launch_plan_for(*args)["merge_grid"] > 0
 
 
 @pytest.mark.parametrize("key", TABLES)

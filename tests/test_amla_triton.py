@@ -7,7 +7,6 @@ this kernel too (and on CUDA for real, bf16 included); launch plans and tables a
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
