@@ -82,6 +82,51 @@ def backend(name: str) -> Iterator[None]:
         stack.pop()
 
 
+_ENV_BATCH_INVARIANT = "DS_OPS_BATCH_INVARIANT"
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def batch_invariant_enabled() -> bool:
+    """Whether the batch-invariant mode is on: the innermost :func:`batch_invariant` context, else
+    ``$DS_OPS_BATCH_INVARIANT`` ("1" / "true" / "yes" / "on" turn it on; unset, "", "0" / "false" / "no" / "off" leave
+    it off; any case, spaces trimmed). Read by the kernels' launchers at every launch, on the host (docs/ops/amla.md,
+    "Batch-invariant mode"). Raises ValueError for another value of the variable."""
+    stack = getattr(_local, "invariant", None)
+    if stack:
+        return stack[-1]
+    v = os.environ.get(_ENV_BATCH_INVARIANT, "").strip().lower()
+    if v in _ON:
+        return True
+    if v in _OFF:
+        return False
+    raise ValueError(f"environment variable {_ENV_BATCH_INVARIANT} must be one of {_ON + _OFF[1:]}, got {v!r}")
+
+
+@contextlib.contextmanager
+def batch_invariant(enabled: bool = True) -> Iterator[None]:
+    """Turn the batch-invariant mode on (or, with ``enabled=False``, off) for the ``ds`` ops called inside the block
+    (thread-local; nests, the innermost wins; overrides ``$DS_OPS_BATCH_INVARIANT``). In the mode a request's
+    ``ds::amla`` out / lse bits depend only on its own inputs: the split of its keys into chunks and their merge order
+    follow its length and fixed constants, never the batch (docs/ops/amla.md). No schema change: engines, graphs and
+    ``torch.compile`` see the same op; the launch reads the mode when it runs (a CUDA graph keeps the mode of its
+    capture). Raises TypeError if ``enabled`` is not a bool.
+
+    >>> import ops
+    >>> with ops.batch_invariant():
+    ...     pass
+    """
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__} {enabled!r}")
+    stack = getattr(_local, "invariant", None)
+    if stack is None:
+        stack = _local.invariant = []
+    stack.append(enabled)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
 def env_turned_off(name: str) -> bool:
     """Whether the on-by-default switch ``$name`` is turned off: "0", "false", "no" or "off" (any case, spaces
     trimmed); unset or anything else leaves it on. (``DS_OPS_CHECKS``, ``DS_OPS_PDL``.)"""

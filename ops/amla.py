@@ -11,6 +11,7 @@ out [B,S_q,N,Dc] (q's dtype), lse [B,S_q,N] fp32 (natural log). DeepSeek-V3: Dc 
 from __future__ import annotations
 
 import inspect
+from typing import Sequence
 
 import torch
 
@@ -146,13 +147,60 @@ def _flop_formula(*args, out_val=None, **kwargs) -> int:
 # ----------------------------------------------------------------------------------------------
 # inputs and named shapes
 # ----------------------------------------------------------------------------------------------
+def paged_cache(c_kv: Sequence[torch.Tensor], k_rope: Sequence[torch.Tensor], block_size: int, *,
+                generator: torch.Generator | None = None, permute: bool = True, unused: int = -1,
+                fill: float = float("nan"), extra_blocks: int = 1, spare_pages: int = 2) -> dict:
+    """Page per-request keys into a ``ds::amla`` cache: the one builder of paged inputs (make_inputs, tests, perf).
+
+    c_kv[b] [L_b, Dc], k_rope[b] [L_b, Dr] (one dtype, one device): request b's keys in order. block_size: slots
+    per page. The pages are laid out in a random permutation drawn from ``generator`` (a generator on the tensors'
+    device; ``permute=False``: in order); every slot past L_b in a request's last page and every page nobody owns
+    (``spare_pages`` of them) holds ``fill``; each block_table row has ``extra_blocks`` trailing entries never
+    used, and every unused entry holds ``unused``.
+    Returns dict(kv_cache [num_blocks, block_size, 1, Dc], kr_cache [num_blocks, block_size, 1, Dr] (c_kv's dtype),
+    block_table [B, max_blocks] int32, seq_lens [B] int32). Raises ValueError if c_kv and k_rope differ in length
+    or a request's two tensors differ in key count, or block_size < 1."""
+    if len(c_kv) != len(k_rope) or any(a.shape[0] != r.shape[0] for a, r in zip(c_kv, k_rope)):
+        raise ValueError("c_kv and k_rope must hold the same requests with the same key counts")
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    first = c_kv[0] if len(c_kv) else torch.empty(0, 512)
+    dtype, device = first.dtype, first.device
+    Dc = first.shape[-1]
+    Dr = k_rope[0].shape[-1] if len(k_rope) else 64
+    lens = [int(t.shape[0]) for t in c_kv]
+    pages_per = [-(-L // block_size) for L in lens]
+    max_blocks = max(pages_per, default=0) + extra_blocks
+    num_blocks = sum(pages_per) + spare_pages
+    perm = (torch.randperm(num_blocks, generator=generator, device=device) if permute
+            else torch.arange(num_blocks, device=device))
+    block_table = torch.full((len(lens), max_blocks), unused, dtype=torch.int32, device=device)
+    kv_cache = torch.full((num_blocks, block_size, 1, Dc), fill, dtype=dtype, device=device)
+    kr_cache = torch.full((num_blocks, block_size, 1, Dr), fill, dtype=dtype, device=device)
+    page_ids, slot_ids, start = [], [], 0
+    for b, (L, n) in enumerate(zip(lens, pages_per)):
+        pages = perm[start:start + n]
+        start += n
+        block_table[b, :n] = pages.to(torch.int32)
+        pos = torch.arange(L, device=device)
+        page_ids.append(pages[pos // block_size])
+        slot_ids.append(pos % block_size)
+    if page_ids:
+        pg, sl = torch.cat(page_ids), torch.cat(slot_ids)
+        kv_cache[pg, sl, 0] = torch.cat(list(c_kv)).to(dtype)
+        kr_cache[pg, sl, 0] = torch.cat(list(k_rope)).to(dtype)
+    return dict(kv_cache=kv_cache, kr_cache=kr_cache, block_table=block_table,
+                seq_lens=torch.tensor(lens, dtype=torch.int32, device=device))
+
+
 def make_inputs(shape: dict, *, dtype=torch.bfloat16, device="cpu", generator: torch.Generator | None = None) -> dict:
     """Fresh random ``ds::amla`` inputs for a shape dict.
 
     shape keys: B, S_q, N, L (keys per request; or ``seq_lens``: a list of B lengths, 0 allowed),
     block_size (default 128), causal (True), Dc (512), Dr (64), extra_blocks (1: trailing block_table
-    entries per row that are never used), spare_pages (2: pages nobody owns). ``cpu``: a hint for the
-    perf runner that the shape is small enough for the CPU/interpreter; ignored here.
+    entries per row that are never used), spare_pages (2: pages nobody owns), permute (True), unused (−1),
+    fill (NaN): see :func:`paged_cache`. ``cpu``: a hint for the perf runner that the shape is small enough for
+    the CPU/interpreter; ignored here.
     The cache is paged in a random page permutation; every unused slot of a last page and every
     unowned page is NaN; unused block_table entries are −1. q and the cache hold N(0,1) values
     (``dtype``); softmax_scale is DeepSeek-V3's (≈ 0.1352). Data is drawn on ``device`` with a device
@@ -174,31 +222,15 @@ def make_inputs(shape: dict, *, dtype=torch.bfloat16, device="cpu", generator: t
         generator = torch.Generator().manual_seed(0)
     seed = int(torch.randint(0, 2**62, (1,), generator=generator))
     g = torch.Generator(device=device).manual_seed(seed)
-
-    pages_per = [-(-L // bs) for L in lens]
-    max_blocks = max(pages_per, default=0) + int(shape.get("extra_blocks", 1))
-    num_blocks = sum(pages_per) + int(shape.get("spare_pages", 2))
-    perm = torch.randperm(num_blocks, generator=g, device=device)
-    block_table = torch.full((B, max_blocks), -1, dtype=torch.int32, device=device)
-    kv_cache = torch.full((num_blocks, bs, 1, Dc), float("nan"), dtype=dtype, device=device)
-    kr_cache = torch.full((num_blocks, bs, 1, Dr), float("nan"), dtype=dtype, device=device)
-    page_ids, slot_ids, start = [], [], 0
-    for b, (L, n) in enumerate(zip(lens, pages_per)):
-        pages = perm[start:start + n]
-        start += n
-        block_table[b, :n] = pages.to(torch.int32)
-        pos = torch.arange(L, device=device)
-        page_ids.append(pages[pos // bs])
-        slot_ids.append(pos % bs)
-    if page_ids:
-        pg, sl = torch.cat(page_ids), torch.cat(slot_ids)
-        kv_cache[pg, sl, 0] = torch.randn(pg.numel(), Dc, generator=g, device=device).to(dtype)
-        kr_cache[pg, sl, 0] = torch.randn(pg.numel(), Dr, generator=g, device=device).to(dtype)
+    c_kv = torch.randn(sum(lens), Dc, generator=g, device=device).to(dtype).split(lens)
+    k_rope = torch.randn(sum(lens), Dr, generator=g, device=device).to(dtype).split(lens)
+    cache = paged_cache(c_kv, k_rope, bs, generator=g, permute=bool(shape.get("permute", True)),
+                        unused=int(shape.get("unused", -1)), fill=float(shape.get("fill", float("nan"))),
+                        extra_blocks=int(shape.get("extra_blocks", 1)), spare_pages=int(shape.get("spare_pages", 2)))
     q_nope = torch.randn(B, S_q, N, Dc, generator=g, device=device).to(dtype)
     q_rope = torch.randn(B, S_q, N, Dr, generator=g, device=device).to(dtype)
-    return dict(q_nope=q_nope, q_rope=q_rope, kv_cache=kv_cache, kr_cache=kr_cache, block_table=block_table,
-                seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
-                softmax_scale=deepseek_softmax_scale(), causal=bool(shape.get("causal", True)))
+    return dict(q_nope=q_nope, q_rope=q_rope, **cache, softmax_scale=deepseek_softmax_scale(),
+                causal=bool(shape.get("causal", True)))
 
 
 def _shapes() -> dict[str, dict]:
@@ -238,8 +270,13 @@ def _triton_supports(*args, **kwargs) -> str | None:
     return None if fn is None else fn(*args, **kwargs)
 
 
-amla = DsOp("amla", _ref.amla, fake=_fake, check=_check, spec=SPEC, mutates_args=(),
+# ``causal`` is a ``Scalar`` in the schema, not a ``bool``: the dispatcher converts any number (2, 2.0, a 0-d
+# tensor, None) to a schema bool before the op sees it, so ``torch.ops.ds.amla(..., causal=2)`` would run while the
+# eager call raises. A Scalar keeps the caller's Python type, and the check rejects everything but a bool on both paths.
+_SCHEMA = torch.library.infer_schema(_ref.amla, mutates_args=()).replace("bool causal=True", "Scalar causal=True")
+
+amla = DsOp("amla", _ref.amla, fake=_fake, check=_check, spec=SPEC, mutates_args=(), schema=_SCHEMA,
             kernels=[Kernel("triton", "ops.triton.amla", "amla", ("cuda", "cpu", "npu"), supports=_triton_supports)],
             flop_formula=_flop_formula)
 
-__all__ = ["amla", "flops", "bytes_moved", "make_inputs", "SPEC", "MAX_S_Q"]
+__all__ = ["amla", "flops", "bytes_moved", "make_inputs", "paged_cache", "SPEC", "MAX_S_Q"]

@@ -1,8 +1,9 @@
 """``ds::amla`` reference: MLA decode attention over a paged latent cache.
 
-Two functions:
+Functions:
 
 * :func:`amla` — the golden semantics: exact softmax in fp32, one request at a time.
+* :func:`pow2_rescale` — AMLA's integer rescale of the fp32 output with our zero / denormal guard (or CANN's).
 * :func:`amla_blockwise` — a block-by-block emulation of the AMLA algorithm as Huawei ships it
   (arXiv 2509.25224; CANN ``hicann/ops-transformer`` ``AmlaVecCompute`` / ``ProcessAmlaNupdate`` /
   ``DealBmm2ResBaseBlock``), so the algorithm's own error can be measured against :func:`amla`; plus
@@ -26,16 +27,32 @@ _LN2 = math.log(2.0)
 # paged-cache helpers (shared by both functions; 64-bit index math, index never multiply-by-mask)
 # ----------------------------------------------------------------------------------------------
 def _gather_request(kv_cache: torch.Tensor, kr_cache: torch.Tensor, block_table: torch.Tensor, b: int,
-                    length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(c_kv [L, Dc], k_rope [L, Dr]) of request ``b``, read through its first ceil(L/block_size)
+                    length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(c_kv [L, Dc], k_rope [L, Dr], bad [L] bool) of request ``b``, read through its first ceil(L/block_size)
     block_table entries only (later entries may hold −1 or garbage and are never read); slots past L in
-    the last page are dropped by slicing, so NaN there never reaches the math."""
-    block_size = kv_cache.shape[1]
+    the last page are dropped by slicing, so NaN there never reaches the math. ``bad`` marks the keys whose
+    page id is outside [0, num_blocks) (a caller error the eager checks reject): they are read from no page
+    (zeros here) and the callers turn their logits into NaN (docs/ops/amla.md, "Unchecked caller errors")."""
+    num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
     n_pages = -(-length // block_size)
     pages = block_table[b, :n_pages].to(torch.int64)
-    c_kv = kv_cache.index_select(0, pages).reshape(n_pages * block_size, kv_cache.shape[-1])[:length]
-    k_rope = kr_cache.index_select(0, pages).reshape(n_pages * block_size, kr_cache.shape[-1])[:length]
-    return c_kv, k_rope
+    bad_page = (pages < 0) | (pages >= num_blocks)
+    if num_blocks == 0:
+        c_kv = kv_cache.new_zeros(n_pages * block_size, kv_cache.shape[-1])[:length]
+        k_rope = kr_cache.new_zeros(n_pages * block_size, kr_cache.shape[-1])[:length]
+    else:
+        safe = torch.where(bad_page, torch.zeros_like(pages), pages)
+        c_kv = kv_cache.index_select(0, safe).reshape(n_pages * block_size, kv_cache.shape[-1])[:length]
+        k_rope = kr_cache.index_select(0, safe).reshape(n_pages * block_size, kr_cache.shape[-1])[:length]
+        c_kv = c_kv.masked_fill(bad_page.repeat_interleave(block_size)[:length, None], 0.0)
+        k_rope = k_rope.masked_fill(bad_page.repeat_interleave(block_size)[:length, None], 0.0)
+    return c_kv, k_rope, bad_page.repeat_interleave(block_size)[:length]
+
+
+def _length_ok(length: int, block_table: torch.Tensor, block_size: int) -> bool:
+    """Whether a seq_len is in [0, max_blocks·block_size]; one outside (a caller error the eager checks reject)
+    makes every row of its request NaN (docs/ops/amla.md, "Unchecked caller errors")."""
+    return 0 <= length <= block_table.shape[1] * block_size
 
 
 def _visible(length: int, s_q: int, causal: bool, device: torch.device) -> torch.Tensor:
@@ -78,8 +95,13 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
         lse [B, S_q, N] fp32: natural-log log-sum-exp of the scaled logits over the visible keys.
         A query row that sees no key (L = 0, or causal with L − S_q + j < 0): out = 0, lse = −inf.
 
+    Unchecked caller errors (``DS_OPS_CHECKS=0``, compiling, capturing: the values the eager checks below reject):
+    a seq_lens[b] outside [0, max_blocks·block_size] makes every row of request b NaN (out and lse); a used
+    block_table entry outside [0, num_blocks) makes NaN every (token, head) row that sees a key on that page; no
+    page outside the cache is ever read, and every other row is unaffected (docs/ops/amla.md).
+
     Raises (checked by the registered op ``ds::amla``, ops/amla.py, before anything runs; this reference trusts
-    its inputs and raises nothing of its own, except torch's IndexError for an out-of-range used page id):
+    its inputs and raises nothing of its own):
     TypeError for a dtype outside the above (q_nope bf16/fp16, q_rope and both caches q_nope's dtype,
     block_table / seq_lens int32), a softmax_scale that is not a real number, or a causal that is not a bool;
     ValueError for a wrong number of dimensions or a shape that disagrees with q_nope (B, S_q, N, Dc) / q_rope
@@ -94,12 +116,16 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
     out = torch.zeros(B, S_q, N, Dc, dtype=torch.float32, device=dev)
     lse = torch.full((B, S_q, N), float("-inf"), dtype=torch.float32, device=dev)
     for b, length in enumerate(_lengths(seq_lens)):
-        if length <= 0:
+        if not _length_ok(length, block_table, kv_cache.shape[1]):
+            out[b], lse[b] = float("nan"), float("nan")
             continue
-        c_kv, k_rope = _gather_request(kv_cache, kr_cache, block_table, b, length)
+        if length == 0:
+            continue
+        c_kv, k_rope, bad = _gather_request(kv_cache, kr_cache, block_table, b, length)
         q = torch.cat([q_nope[b], q_rope[b]], dim=-1).float()                    # [S_q, N, D]
         k = torch.cat([c_kv, k_rope], dim=-1).float()                            # [L, D]
         s = softmax_scale * torch.einsum("snd,ld->snl", q, k)                    # [S_q, N, L]
+        s = s.masked_fill(bad, float("nan"))                                     # keys on no page: NaN
         vis = _visible(length, S_q, causal, dev)[:, None, :]
         s = s.masked_fill(~vis, float("-inf"))
         m = s.amax(dim=-1, keepdim=True)
@@ -120,8 +146,12 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
 _F32 = dict(dtype=torch.float32)
 
 
-def _pow2_rescale(o: torch.Tensor, n_add: torch.Tensor, dn: torch.Tensor, ratio: torch.Tensor, guard: str) -> torch.Tensor:
-    """AMLA's rescale of the fp32 running output: add ``n_add`` (int64 [R]) to each row's int32 bit pattern.
+def pow2_rescale(o: torch.Tensor, n_add: torch.Tensor, dn: torch.Tensor, ratio: torch.Tensor,
+                 guard: str) -> torch.Tensor:
+    """AMLA's rescale of the fp32 running output o [R, Dc]: add ``n_add`` (int64 [R], = rint((dn + ε)·2²³)) to each
+    row's int32 bit pattern; dn [R] fp32 is the exponent shift, ratio [R] fp32 the compensation cof_prev/cof. Returns
+    the rescaled o [R, Dc] fp32 (a new tensor). guard: "exponent" or "cann" (any other value acts as "exponent").
+    Source: arXiv 2509.25224 (as_fp32(as_int32(F) + n·2²³) = F·2^n).
 
     guard="exponent" (ours): the integer add is applied only where it is exact exponent arithmetic —
     the exponent field E satisfies E ≥ 2 + |dn| (the result stays a normal number even after the
@@ -202,9 +232,12 @@ def amla_blockwise(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.T
     out = torch.zeros(B, S_q, N, Dc, **_F32, device=dev)
     lse = torch.full((B, S_q, N), float("-inf"), **_F32, device=dev)
     for b, length in enumerate(_lengths(seq_lens)):
-        if length <= 0:
+        if not _length_ok(length, block_table, kv_cache.shape[1]):
+            out[b], lse[b] = float("nan"), float("nan")
             continue
-        c_kv, k_rope = _gather_request(kv_cache, kr_cache, block_table, b, length)
+        if length == 0:
+            continue
+        c_kv, k_rope, bad = _gather_request(kv_cache, kr_cache, block_table, b, length)
         q = torch.cat([q_nope[b], q_rope[b]], dim=-1).float().reshape(R, -1)    # row r = j·N + h
         k = torch.cat([c_kv, k_rope], dim=-1).float()
         v = c_kv.float()
@@ -241,7 +274,7 @@ def amla_blockwise(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.T
                     ratio = cof_prev / cof
                     eps = (ratio - 1.0) * 1.5 + eps_bias
                     n_add = torch.round((dn + eps) * two23).to(torch.int64)
-                    o = torch.where(started[:, None], _pow2_rescale(o, n_add, dn, ratio, guard), o)
+                    o = torch.where(started[:, None], pow2_rescale(o, n_add, dn, ratio, guard), o)
                 o = o + pv
                 n_prev = torch.where(live, n, n_prev)
                 cof_prev = torch.where(live, cof, cof_prev)
@@ -257,7 +290,9 @@ def amla_blockwise(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.T
             den = l
         den = torch.where(started, den, torch.ones_like(den))
         res = torch.where(started[:, None], o / den[:, None], torch.zeros_like(o))
-        out[b] = res.reshape(S_q, N, Dc)
         l_safe = torch.where(started, l, torch.ones_like(l))
-        lse[b] = torch.where(started, m + torch.log(l_safe), torch.full_like(m, float("-inf"))).reshape(S_q, N)
+        lse_b = torch.where(started, m + torch.log(l_safe), torch.full_like(m, float("-inf")))
+        saw_bad = (vis & bad[None, :]).any(dim=-1)         # a visible key on no page: the row is NaN
+        out[b] = res.masked_fill(saw_bad[:, None], float("nan")).reshape(S_q, N, Dc)
+        lse[b] = lse_b.masked_fill(saw_bad, float("nan")).reshape(S_q, N)
     return out.to(q_nope.dtype if out_dtype is None else out_dtype), lse

@@ -1,12 +1,15 @@
-"""ds::amla: the reference against an independent fp64 dense computation, the field cases A1–A7,
-the AMLA emulation's measured error, registration (opcheck, torch.compile, FLOPs) and argument checks.
+"""ds::amla by behaviour, on every backend (tests/backends.py: the reference, Triton under the interpreter on CPU or
+for real on CUDA, Ascend C when built): against an independent fp64 dense computation, the field cases A1–A7 of
+cases.md, head counts, query tokens, block sizes, NaN in every unused slot and page, poisoned outputs, unchecked
+caller errors; then the argument checks and the registration (opcheck, torch.compile, FLOPs, make_inputs).
 
-``run_amla(backend, inputs)`` and ``dense_fp64(inputs)`` are meant for reuse by other backends' tests
-(tests/test_amla_triton.py). Everything runs on CPU in well under a minute: small N and L, real head
-dims (Dc = 512, Dr = 64).
+Inputs come from ``ops.amla.make_inputs`` / ``ops.amla.paged_cache`` (the one builder); tolerances from the one table.
+The kernel-specific knobs (rescale variants, forced splits, launch tables) are tests/test_amla_triton.py, the AMLA
+emulation tests/test_amla_emulation.py, the batch-invariant mode tests/test_amla_batch_invariant.py.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -15,41 +18,84 @@ from hypothesis import example, given, strategies as st
 
 import ops
 from ops import amla as amla_mod
-from reference.amla import _pow2_rescale, amla as ref_amla, amla_blockwise
-from tolerances import assert_close, cos_diff
+from ops.amla import make_inputs, paged_cache
+from reference.amla import amla_blockwise
+from reference.deepseek import deepseek_softmax_scale
+from tests.backends import backends_for
+from tests.tolerances import assert_close
 
 DC, DR = 512, 64
-SCALE = amla_mod.make_inputs({"B": 1, "S_q": 1, "N": 1, "L": 1})["softmax_scale"]   # DeepSeek-V3's scale
-BACKENDS = ["reference"]
+SCALE = deepseek_softmax_scale()
+BACKENDS = backends_for("amla")
 DTYPES = [torch.bfloat16, torch.float16]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The reference and the block emulation issue many tiny matmuls; with 2 OpenMP threads on a busy
-    2-core machine each one costs ~50 ms of spin-waiting (measured: 32 [16×576]·[576×64] products take
-    1.8 s with 2 threads, 1 ms with 1). One thread for this module, restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# ----------------------------------------------------------------------------------------------
+# helpers (tests/test_amla_*.py reuse them)
+# ----------------------------------------------------------------------------------------------
+def make(gen, *, B=2, S_q=2, N=4, L=100, seq_lens=None, block_size=64, causal=True, dtype=torch.bfloat16, **kw):
+    """``make_inputs`` on the CPU for a few keywords (seq_lens sets B)."""
+    shape = dict(B=B, S_q=S_q, N=N, L=L, block_size=block_size, causal=causal, **kw)
+    if seq_lens is not None:
+        shape["seq_lens"] = list(seq_lens)
+        shape["B"] = len(seq_lens)
+    return make_inputs(shape, dtype=dtype, generator=gen)
 
 
-# ----------------------------------------------------------------------------------------------
-# helpers (reusable by other backends' tests)
-# ----------------------------------------------------------------------------------------------
-def run_amla(backend: str, inputs: dict, *, via: str = "call") -> tuple[torch.Tensor, torch.Tensor]:
-    """Run ds::amla on ``inputs`` (make_inputs' keys) under ``backend``; via "call" (eager fast path,
-    ops.amla.amla) or "op" (the registered torch.ops.ds.amla)."""
+def dense_rows(gen, lens, dtype, *, scale=1.0):
+    """Per-request keys: c_kv [L_b, Dc] and k_rope [L_b, Dr], N(0, scale²)."""
+    kvs = [(torch.randn(L, DC, generator=gen) * scale).to(dtype) for L in lens]
+    krs = [(torch.randn(L, DR, generator=gen) * scale).to(dtype) for L in lens]
+    return kvs, krs
+
+
+def queries(gen, B, S_q, N, dtype):
+    return (torch.randn(B, S_q, N, DC, generator=gen).to(dtype), torch.randn(B, S_q, N, DR, generator=gen).to(dtype))
+
+
+def paged(q_nope, q_rope, kvs, krs, block_size, gen, *, causal=True, **kw) -> dict:
+    """ds::amla inputs for these queries and per-request keys, paged by ``ops.amla.paged_cache`` (kw: its options:
+    permute, unused, fill, extra_blocks, spare_pages)."""
+    return dict(q_nope=q_nope, q_rope=q_rope, **paged_cache(kvs, krs, block_size, generator=gen, **kw),
+                softmax_scale=SCALE, causal=causal)
+
+
+def on(be, inputs: dict) -> dict:
+    """``inputs`` on the backend's device, floats in the dtype it tests (fp16 for bf16 under the interpreter)."""
+    def conv(v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        v = v.to(be.device)
+        return v.to(be.dtype(v.dtype)) if v.is_floating_point() else v
+    return {k: conv(v) for k, v in inputs.items()}
+
+
+def poisoned(be) -> contextlib.AbstractContextManager:
+    """Outputs (and split partials) the backend allocates start as NaN, so a value it forgets to write shows."""
+    if be.name != "triton":
+        return contextlib.nullcontext()
+    from ops.triton import amla as tri
+    return tri.output_allocator(lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype,
+                                                                          device=device))
+
+
+def run(be, inputs: dict, *, via: str = "call") -> tuple[torch.Tensor, torch.Tensor]:
+    """ds::amla on ``inputs`` under backend ``be`` (a tests.backends.Backend or a backend name); via "call" (the
+    eager fast path ops.amla.amla) or "op" (the registered torch.ops.ds.amla). Outputs poisoned; returned on the CPU."""
     fn = amla_mod.amla if via == "call" else torch.ops.ds.amla
-    with ops.backend(backend):
-        return fn(**inputs)
+    if isinstance(be, str):
+        with ops.backend(be):
+            return fn(**inputs)
+    with be.active(), poisoned(be):
+        out, lse = fn(**inputs)
+    return out.cpu(), lse.cpu()
 
 
 def dense_fp64(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """Independent oracle: per request, gather every key by (page, slot) = (block_table[b, i // bs], i % bs)
     with advanced indexing, build dense K/V in fp64, mask explicitly, torch.softmax / logsumexp in fp64.
-    Returns (out fp64 [B,S_q,N,Dc], lse fp64 [B,S_q,N]); rows without a key: 0 and −inf."""
+    Returns (out fp64 [B,S_q,N,Dc], lse fp64 [B,S_q,N]) on the CPU; rows without a key: 0 and −inf."""
+    inputs = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
     qn, qr, kv, kr = inputs["q_nope"], inputs["q_rope"], inputs["kv_cache"], inputs["kr_cache"]
     bt, lens, scale, causal = inputs["block_table"], inputs["seq_lens"], inputs["softmax_scale"], inputs.get("causal", True)
     B, S_q, N, Dc = qn.shape
@@ -86,189 +132,182 @@ def assert_matches_dense(out, lse, inputs, *, name="out"):
     assert_close(out, ref_out, out_kind(out.dtype), name=name)
     assert_close(lse, ref_lse, "lse", name=name + ".lse")
     empty = torch.isneginf(ref_lse)
-    assert torch.all(out[empty] == 0), f"{name}: rows without a key must be exactly 0"
+    assert torch.all(out.cpu()[empty] == 0), f"{name}: rows without a key must be exactly 0"
 
 
-def make(gen, *, B=2, S_q=2, N=4, L=100, seq_lens=None, block_size=64, causal=True, dtype=torch.bfloat16, **kw):
-    shape = dict(B=B, S_q=S_q, N=N, L=L, block_size=block_size, causal=causal, **kw)
-    if seq_lens is not None:
-        shape["seq_lens"] = list(seq_lens)
-        shape["B"] = len(seq_lens)
-    return amla_mod.make_inputs(shape, dtype=dtype, generator=gen)
-
-
-def paged(q_nope, q_rope, kvs, krs, block_size, gen, *, permute=True, unused=-1, garbage=float("nan"),
-          extra_blocks=2, spare_pages=2, causal=True) -> dict:
-    """ds::amla inputs holding the given per-request dense rows kvs[b] [L_b, Dc], krs[b] [L_b, Dr] in a
-    paged cache (random page order unless permute=False); unused slots/pages = ``garbage``, unused
-    block_table entries = ``unused``."""
-    dtype = q_nope.dtype
-    pages_per = [-(-k.shape[0] // block_size) for k in kvs]
-    nb = sum(pages_per) + spare_pages
-    order = torch.randperm(nb, generator=gen) if permute else torch.arange(nb)
-    kv = torch.full((nb, block_size, 1, kvs[0].shape[-1] if kvs else DC), garbage, dtype=dtype)
-    kr = torch.full((nb, block_size, 1, krs[0].shape[-1] if krs else DR), garbage, dtype=dtype)
-    bt = torch.full((len(kvs), max(pages_per, default=0) + extra_blocks), unused, dtype=torch.int32)
-    start = 0
-    for b, (k, r) in enumerate(zip(kvs, krs)):
-        for i in range(pages_per[b]):
-            p = int(order[start + i])
-            bt[b, i] = p
-            rows = slice(i * block_size, min((i + 1) * block_size, k.shape[0]))
-            n = rows.stop - rows.start
-            kv[p, :n, 0] = k[rows]
-            kr[p, :n, 0] = r[rows]
-        start += pages_per[b]
-    return dict(q_nope=q_nope, q_rope=q_rope, kv_cache=kv, kr_cache=kr, block_table=bt,
-                seq_lens=torch.tensor([k.shape[0] for k in kvs], dtype=torch.int32), softmax_scale=SCALE, causal=causal)
-
-
-def dense_rows(gen, lens, dtype, *, scale=1.0):
-    kvs = [(torch.randn(L, DC, generator=gen) * scale).to(dtype) for L in lens]
-    krs = [(torch.randn(L, DR, generator=gen) * scale).to(dtype) for L in lens]
-    return kvs, krs
-
-
-def queries(gen, B, S_q, N, dtype):
-    return (torch.randn(B, S_q, N, DC, generator=gen).to(dtype), torch.randn(B, S_q, N, DR, generator=gen).to(dtype))
+def _rows_of(inputs, b):
+    """Request b alone (same cache)."""
+    return dict(inputs, q_nope=inputs["q_nope"][b:b + 1], q_rope=inputs["q_rope"][b:b + 1],
+                block_table=inputs["block_table"][b:b + 1], seq_lens=inputs["seq_lens"][b:b + 1])
 
 
 # ----------------------------------------------------------------------------------------------
-# reference vs fp64 dense
+# against fp64 dense
 # ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("be", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [True, False])
-def test_matches_dense_fp64(backend, dtype, causal, gen):
-    inputs = make(gen, seq_lens=[300, 1, 129, 64], S_q=2, N=8, dtype=dtype, causal=causal)
-    out, lse = run_amla(backend, inputs)
+def test_matches_dense_fp64(be, dtype, causal, gen):
+    if be.dtype(dtype) != dtype:
+        pytest.skip(f"{be} tests {be.dtype(dtype)} in place of {dtype} (the fp16 case covers it)")
+    inputs = on(be, make(gen, seq_lens=[300, 1, 129, 64], S_q=2, N=8, dtype=dtype, causal=causal))
+    out, lse = run(be, inputs)
     assert_matches_dense(out, lse, inputs)
-    out2, lse2 = run_amla(backend, inputs, via="op")
+    out2, lse2 = run(be, inputs, via="op")
     assert torch.equal(out, out2) and torch.equal(lse, lse2)
 
 
-def test_out_is_fresh_and_inputs_untouched(gen):
-    inputs = make(gen, seq_lens=[70, 3])
+@pytest.mark.parametrize("be", BACKENDS)
+def test_out_is_fresh_and_inputs_untouched(be, gen):
+    inputs = on(be, make(gen, seq_lens=[70, 3]))
     before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
-    out, lse = run_amla("reference", inputs)
+    with be.active():
+        out, lse = amla_mod.amla(**inputs)
     for k, v in before.items():
         assert torch.equal(inputs[k].nan_to_num(7.0), v.nan_to_num(7.0)), f"{k} was modified"
     assert out.data_ptr() not in {v.data_ptr() for v in inputs.values() if isinstance(v, torch.Tensor)}
 
 
+@pytest.mark.parametrize("be", BACKENDS)
+def test_short_causal_rows_allowed(be, gen):
+    """seq_len < S_q is valid: the first S_q − L query tokens see no key (out 0, lse −inf)."""
+    inputs = on(be, make(gen, seq_lens=[2, 0], S_q=4))
+    out, lse = run(be, inputs)
+    assert torch.all(torch.isneginf(lse[0, :2])) and torch.all(out[0, :2] == 0)
+    assert torch.isfinite(lse[0, 2:]).all()
+    assert_matches_dense(out, lse, inputs)
+
+
+@pytest.mark.parametrize("be", BACKENDS)
+def test_noncontiguous_queries(be, gen):
+    """q_nope / q_rope as column slices of one [.., Dc + Dr] tensor, and as a [B, N, S_q, D] tensor transposed to
+    [B, S_q, N, D] (rows not evenly spaced): same result as contiguous copies."""
+    inputs = on(be, make(gen, seq_lens=[40, 9], S_q=3, N=4, block_size=16))
+    want = run(be, inputs)
+    wide = torch.cat([inputs["q_nope"], inputs["q_rope"]], dim=-1)
+    sliced = dict(inputs, q_nope=wide[..., :DC], q_rope=wide[..., DC:])
+    assert not sliced["q_nope"].is_contiguous()
+    got = run(be, sliced)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    tr = dict(inputs, q_nope=inputs["q_nope"].transpose(1, 2).contiguous().transpose(1, 2),
+              q_rope=inputs["q_rope"].transpose(1, 2).contiguous().transpose(1, 2))
+    assert tr["q_nope"].stride(1) != tr["q_nope"].shape[2] * tr["q_nope"].stride(2)
+    got = run(be, tr)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 # ----------------------------------------------------------------------------------------------
 # field cases (shared/cases.md)
 # ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_A1_zero_length_rows(backend, gen):
-    inputs = make(gen, seq_lens=[0, 37, 0, 5], S_q=2)
-    out, lse = run_amla(backend, inputs)
+@pytest.mark.parametrize("be", BACKENDS)
+def test_A1_zero_length_rows(be, gen):
+    inputs = on(be, make(gen, seq_lens=[0, 37, 0, 5, 1], S_q=2))
+    out, lse = run(be, inputs)
     for b in (0, 2):
         assert torch.all(out[b] == 0) and torch.all(torch.isneginf(lse[b]))
+    # S_q = 2, L = 1, causal: token 0 sees no key, token 1 sees key 0
+    assert torch.all(out[4, 0] == 0) and torch.isneginf(lse[4, 0]).all() and torch.isfinite(lse[4, 1]).all()
     assert_matches_dense(out, lse, inputs)
-    # the other rows are unaffected by the empty ones: same as running them alone
-    for b in (1, 3):
-        alone = dict(inputs, q_nope=inputs["q_nope"][b:b + 1], q_rope=inputs["q_rope"][b:b + 1],
-                     block_table=inputs["block_table"][b:b + 1], seq_lens=inputs["seq_lens"][b:b + 1])
-        o1, l1 = run_amla(backend, alone)
-        assert torch.equal(o1[0], out[b]) and torch.equal(l1[0], lse[b])
+    # the other rows are unaffected by the empty ones: the same bits as running them alone (the batch-invariant
+    # mode makes that hold for the split kernels too; the reference is per request anyway)
+    with ops.batch_invariant():
+        o_all, l_all = run(be, inputs)
+        for b in (1, 3, 4):
+            o1, l1 = run(be, _rows_of(inputs, b))
+            assert torch.equal(o1[0], o_all[b]) and torch.equal(l1[0], l_all[b]), b
+    if be.name == "reference":
+        assert torch.equal(o_all, out) and torch.equal(l_all, lse)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("be", BACKENDS)
 @pytest.mark.parametrize("num_blocks", [0, 3])
-def test_A1_all_rows_empty(backend, num_blocks, gen):
+def test_A1_all_rows_empty(be, num_blocks, gen):
     """A padded CUDA-graph batch: every seq_len 0, also with an empty cache ([0, bs, 1, 576]) and an
     empty or all −1 block table. out = 0 and lse = −inf everywhere; nothing is read."""
     qn, qr = queries(gen, 3, 2, 4, torch.bfloat16)
-    inputs = dict(q_nope=qn, q_rope=qr,
-                  kv_cache=torch.full((num_blocks, 64, 1, DC), float("nan"), dtype=torch.bfloat16),
-                  kr_cache=torch.full((num_blocks, 64, 1, DR), float("nan"), dtype=torch.bfloat16),
-                  block_table=torch.full((3, 0 if num_blocks == 0 else 2), -1, dtype=torch.int32),
-                  seq_lens=torch.zeros(3, dtype=torch.int32), softmax_scale=SCALE, causal=True)
-    out, lse = run_amla(backend, inputs)
+    inputs = on(be, dict(q_nope=qn, q_rope=qr,
+                         kv_cache=torch.full((num_blocks, 64, 1, DC), float("nan"), dtype=torch.bfloat16),
+                         kr_cache=torch.full((num_blocks, 64, 1, DR), float("nan"), dtype=torch.bfloat16),
+                         block_table=torch.full((3, 0 if num_blocks == 0 else 2), -1, dtype=torch.int32),
+                         seq_lens=torch.zeros(3, dtype=torch.int32), softmax_scale=SCALE, causal=True))
+    out, lse = run(be, inputs)
     assert out.shape == (3, 2, 4, DC) and torch.all(out == 0)
     assert lse.shape == (3, 2, 4) and torch.all(torch.isneginf(lse))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_A2_nan_in_unused_slots(backend, gen):
+@pytest.mark.parametrize("be", BACKENDS)
+def test_A2_nan_in_unused_slots(be, gen):
     """NaN in the unused tail slots, unused pages and other requests' pages: identical to a clean cache."""
-    inputs = make(gen, seq_lens=[100, 37, 64, 1], block_size=64, spare_pages=3)
+    inputs = on(be, make(gen, seq_lens=[100, 37, 64, 1], block_size=64, spare_pages=3))
     assert torch.isnan(inputs["kv_cache"]).any() and torch.isnan(inputs["kr_cache"]).any()
     clean = dict(inputs)
     for name in ("kv_cache", "kr_cache"):
         c = inputs[name]
-        clean[name] = torch.where(torch.isnan(c), torch.randn(c.shape, generator=gen).to(c.dtype), c)
-    out, lse = run_amla(backend, inputs)
-    out_c, lse_c = run_amla(backend, clean)
+        clean[name] = torch.where(torch.isnan(c), torch.randn(c.shape, generator=gen).to(c), c)
+    out, lse = run(be, inputs)
+    out_c, lse_c = run(be, clean)
     assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
     assert not torch.isnan(out).any()
+    assert_matches_dense(out, lse, inputs)
     # each request alone in a cache where everything it does not own is NaN (also other requests' rows)
     bs = inputs["kv_cache"].shape[1]
     for b, L in enumerate(inputs["seq_lens"].tolist()):
-        own = torch.zeros(inputs["kv_cache"].shape[:2], dtype=torch.bool)
+        own = torch.zeros(inputs["kv_cache"].shape[:2], dtype=torch.bool, device=inputs["kv_cache"].device)
         for i in range(L):
             own[int(inputs["block_table"][b, i // bs]), i % bs] = True
         iso = dict(clean)
         for name in ("kv_cache", "kr_cache"):
             iso[name] = clean[name].masked_fill(~own[:, :, None, None], float("nan"))
-        o_b, l_b = run_amla(backend, iso)
+        o_b, l_b = run(be, iso)
         assert torch.equal(o_b[b], out[b]) and torch.equal(l_b[b], lse[b])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("unused", [-1, 2147480000, -2147483648])
-def test_A3_page_permutation_and_garbage_table_entries(backend, unused, gen):
+@pytest.mark.parametrize("be", BACKENDS)
+@pytest.mark.parametrize("unused", [-1, 2147480000, -2147483648, 2**31 - 1])
+def test_A3_page_permutation_and_garbage_table_entries(be, unused, gen):
     lens = [200, 65, 7]
     qn, qr = queries(gen, 3, 2, 4, torch.bfloat16)
     kvs, krs = dense_rows(gen, lens, torch.bfloat16)
-    ordered = paged(qn, qr, kvs, krs, 64, gen, permute=False, unused=-1)
-    shuffled = paged(qn, qr, kvs, krs, 64, gen, permute=True, unused=unused)
+    ordered = on(be, paged(qn, qr, kvs, krs, 64, gen, permute=False, unused=0, fill=0.0))
+    shuffled = on(be, paged(qn, qr, kvs, krs, 64, gen, permute=True, unused=unused, extra_blocks=1))
     assert not torch.equal(ordered["block_table"], shuffled["block_table"])
-    o1, l1 = run_amla(backend, ordered)
-    o2, l2 = run_amla(backend, shuffled)
+    o1, l1 = run(be, ordered)
+    o2, l2 = run(be, shuffled)
     assert torch.equal(o1, o2) and torch.equal(l1, l2)
     assert_matches_dense(o2, l2, shuffled)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("S_q", [1, 2])
-@pytest.mark.parametrize("N", [8, 16, 32, 64, 128])
-def test_A4_tp_head_counts(backend, N, S_q, gen):
-    inputs = make(gen, seq_lens=[70, 33], S_q=S_q, N=N, block_size=16)
-    out, lse = run_amla(backend, inputs)
-    assert out.shape == (2, S_q, N, DC)
+_HEADS = [(N, S_q) for N in (3, 8, 16, 32, 64, 128) for S_q in (1, 2)] + [(3, 4), (8, 4), (16, 4)]
+
+
+@pytest.mark.parametrize("be", BACKENDS)
+@pytest.mark.parametrize("N,S_q", _HEADS)
+def test_A4_tp_head_counts(be, N, S_q, gen):
+    """Every tensor-parallel shard's head count (and an odd one, 3: row blocks straddle query tokens) with 1, 2
+    (MTP) and 4 query tokens: correct, none routed to a kernel built for another head count."""
+    inputs = on(be, make(gen, seq_lens=[33, 18, 0], S_q=S_q, N=N, block_size=16))
+    out, lse = run(be, inputs)
+    assert out.shape == (3, S_q, N, DC)
     assert_matches_dense(out, lse, inputs)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("be", BACKENDS)
 @pytest.mark.parametrize("S_q", [1, 2])
-def test_A5_very_short_sequences(backend, S_q, gen):
-    inputs = make(gen, seq_lens=list(range(1, 21)), S_q=S_q, N=4, block_size=16)
-    out, lse = run_amla(backend, inputs)
+def test_A5_very_short_sequences(be, S_q, gen):
+    inputs = on(be, make(gen, seq_lens=list(range(1, 21)), S_q=S_q, N=4, block_size=16))
+    out, lse = run(be, inputs)
     assert not torch.isnan(out).any() and not torch.isnan(lse).any()
     assert_matches_dense(out, lse, inputs)
 
 
-@pytest.mark.parametrize("rescale", ["amla", "multiply"])
-def test_A5_blockwise_tiny_blocks_no_nan(rescale, gen):
-    """The block emulation with blocks of 1 and 4 keys: blocks fully masked for a row (causal S_q = 2)
-    and rows that see no key must give no NaN (no −inf − (−inf))."""
-    inputs = make(gen, seq_lens=[1, 2, 5, 9, 20], S_q=2, N=2, block_size=16)
-    for block_kv in (1, 4):
-        out, lse = amla_blockwise(**inputs, block_kv=block_kv, rescale=rescale)
-        assert not torch.isnan(out).any() and not torch.isnan(lse).any()
-        assert_matches_dense(out, lse, inputs, name=f"blockwise[{rescale}, block_kv={block_kv}]")
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("be", BACKENDS)
 @pytest.mark.parametrize("L", [1, 2, 3, 64, 65])
-def test_A6_mtp_causal_visibility(backend, L, gen):
+def test_A6_mtp_causal_visibility(be, L, gen):
     """S_q = 2 causal: query j sees exactly keys [0, L − 2 + j]."""
     qn, qr = queries(gen, 1, 2, 4, torch.bfloat16)
     kvs, krs = dense_rows(gen, [L], torch.bfloat16)
-    base = paged(qn, qr, kvs, krs, 16, gen)
-    out, lse = run_amla(backend, base)
+    base = on(be, paged(qn, qr, kvs, krs, 16, torch.Generator().manual_seed(0)))
+    out, lse = run(be, base)
     assert_matches_dense(out, lse, base)
     if L == 1:
         assert torch.all(out[0, 0] == 0) and torch.all(torch.isneginf(lse[0, 0]))
@@ -278,31 +317,79 @@ def test_A6_mtp_causal_visibility(backend, L, gen):
         kv2, kr2 = [kvs[0].clone()], [krs[0].clone()]
         kv2[0][key] = torch.randn(DC, generator=gen).to(torch.bfloat16) * 3
         kr2[0][key] = torch.randn(DR, generator=gen).to(torch.bfloat16) * 3
-        gen_same = torch.Generator().manual_seed(0)
-        o_a, _ = run_amla(backend, paged(qn, qr, kvs, krs, 16, gen_same))
-        gen_same = torch.Generator().manual_seed(0)
-        o_b, _ = run_amla(backend, paged(qn, qr, kv2, kr2, 16, gen_same))
+        o_b, _ = run(be, on(be, paged(qn, qr, kv2, kr2, 16, torch.Generator().manual_seed(0))))
         for j in range(2):
             sees = key <= L - 2 + j
-            changed = not torch.equal(o_a[0, j], o_b[0, j])
+            changed = not torch.equal(out[0, j], o_b[0, j])
             assert changed == sees, f"L={L}: query {j} {'should' if sees else 'must not'} see key {key}"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_A7_block_sizes_agree(backend, gen):
+@pytest.mark.parametrize("be", BACKENDS)
+def test_A7_block_sizes_agree(be, gen):
+    """Block sizes 16, 64, 128, 256 with lengths that are no multiple of them: every one matches fp64 and the
+    others. In the batch-invariant mode the chunks follow L alone, so a kernel whose key tile is the same for two
+    block sizes gives the same bits (the reference always does)."""
     lens = [100, 257, 31, 128]
     qn, qr = queries(gen, 4, 2, 4, torch.bfloat16)
     kvs, krs = dense_rows(gen, lens, torch.bfloat16)
-    results = {}
-    for bs in (16, 64, 128):
-        inputs = paged(qn, qr, kvs, krs, bs, gen)
-        results[bs] = run_amla(backend, inputs)
+    results, tiles = {}, {}
+    for bs in (16, 64, 128, 256):
+        inputs = on(be, paged(qn, qr, kvs, krs, bs, gen))
+        results[bs] = run(be, inputs)
         assert_matches_dense(*results[bs], inputs, name=f"block_size {bs}")
-    for bs in (64, 128):
-        if backend == "reference":   # same rows, same math: bit-identical
+        with ops.batch_invariant():
+            results[bs, "inv"] = run(be, inputs)
+        if be.name == "triton":
+            from ops.triton import amla as tri
+            tiles[bs] = tri.launch_plan_for(**{k: inputs[k] for k in ("q_nope", "q_rope", "kv_cache", "kr_cache",
+                                                                          "block_table")})["BLOCK_N"]
+    for bs in (64, 128, 256):
+        if be.name == "reference":   # same rows, same math: bit-identical
             assert torch.equal(results[bs][0], results[16][0]) and torch.equal(results[bs][1], results[16][1])
-        assert_close(results[bs][0], results[16][0].float(), "bf16")
+        if be.name == "reference" or tiles[bs] == tiles[16]:
+            o, l = results[bs, "inv"]
+            assert torch.equal(o, results[16, "inv"][0]) and torch.equal(l, results[16, "inv"][1]), bs
+        assert_close(results[bs][0], results[16][0].float(), out_kind(results[bs][0].dtype))
         assert_close(results[bs][1], results[16][1], "lse")
+
+
+# ----------------------------------------------------------------------------------------------
+# unchecked caller errors (docs/ops/amla.md): NaN rows, never an out-of-bounds access
+# ----------------------------------------------------------------------------------------------
+def _guarded(c: torch.Tensor, pad: int = 8) -> torch.Tensor:
+    """``c`` as a view into a buffer whose pages before and after it hold NaN (a read outside shows as NaN)."""
+    buf = torch.full((pad + c.shape[0] + pad,) + tuple(c.shape[1:]), float("nan"), dtype=c.dtype, device=c.device)
+    buf[pad:pad + c.shape[0]] = c
+    return buf[pad:pad + c.shape[0]]
+
+
+@pytest.mark.parametrize("be", BACKENDS)
+@pytest.mark.parametrize("error", ["page_id_past_the_cache", "negative_page_id", "seq_len_past_capacity",
+                                   "negative_seq_len"])
+def test_unchecked_caller_errors_give_nan_rows(be, error, gen, monkeypatch):
+    """With DS_OPS_CHECKS=0 (as under compile / capture) a used page id outside [0, num_blocks) makes NaN exactly the
+    (token, head) rows that see a key on it, and a seq_len outside [0, max_blocks·block_size] every row of its
+    request; every other row keeps its bits; nothing outside the cache is read (its neighbours are NaN pages).
+    Request 2 (L = 33, block size 16) has key 32 alone on its last page: causal token 0 does not see it."""
+    monkeypatch.setenv("DS_OPS_CHECKS", "0")
+    inputs = on(be, make(gen, seq_lens=[40, 20, 33], S_q=2, N=4, block_size=16, extra_blocks=1))
+    inputs["kv_cache"], inputs["kr_cache"] = _guarded(inputs["kv_cache"]), _guarded(inputs["kr_cache"])
+    good_out, good_lse = run(be, inputs)
+    bad = dict(inputs, block_table=inputs["block_table"].clone(), seq_lens=inputs["seq_lens"].clone())
+    nb, cap = inputs["kv_cache"].shape[0], inputs["block_table"].shape[1] * 16
+    nan_rows = torch.zeros(good_lse.shape, dtype=torch.bool)
+    if error in ("page_id_past_the_cache", "negative_page_id"):
+        bad["block_table"][2, 2] = nb + 1 if error == "page_id_past_the_cache" else -7
+        nan_rows[2, 1] = True                              # only token 1 sees key 32
+    else:
+        bad["seq_lens"][1] = cap + 1 if error == "seq_len_past_capacity" else -3
+        nan_rows[1] = True
+    out, lse = run(be, bad)
+    assert torch.isnan(lse[nan_rows]).all() and torch.isnan(out[nan_rows]).all()
+    assert torch.equal(lse[~nan_rows], good_lse[~nan_rows]) and torch.equal(out[~nan_rows], good_out[~nan_rows])
+    # the reference says the same
+    r_out, r_lse = run("reference", {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in bad.items()})
+    assert torch.equal(torch.isnan(r_lse), nan_rows) and torch.equal(torch.isnan(r_out).all(-1), nan_rows)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -313,7 +400,7 @@ def amla_cases(draw):
     B = draw(st.integers(1, 3))
     S_q = draw(st.integers(1, 4))
     N = draw(st.sampled_from([1, 3, 8, 16]))
-    block_size = draw(st.sampled_from([16, 64, 128]))
+    block_size = draw(st.sampled_from([16, 32, 64, 128]))
     L = st.one_of(st.just(0), st.integers(1, 4), st.sampled_from([block_size - 1, block_size, block_size + 1]),
                   st.integers(0, 300))
     lens = draw(st.lists(L, min_size=B, max_size=B))
@@ -321,175 +408,20 @@ def amla_cases(draw):
                 dtype=draw(st.sampled_from(DTYPES)), seed=draw(st.integers(0, 2**31 - 1)))
 
 
-@given(amla_cases())
-@example(dict(S_q=4, N=3, block_size=16, seq_lens=[0, 2, 17], causal=True, dtype=torch.float16, seed=1))
-@example(dict(S_q=1, N=1, block_size=128, seq_lens=[0], causal=False, dtype=torch.bfloat16, seed=2))
-def test_hypothesis_reference_and_blockwise(case):
+@pytest.mark.parametrize("be", BACKENDS)
+@given(case=amla_cases())
+@example(case=dict(S_q=4, N=3, block_size=16, seq_lens=[0, 2, 17], causal=True, dtype=torch.float16, seed=1))
+@example(case=dict(S_q=1, N=1, block_size=128, seq_lens=[0], causal=False, dtype=torch.bfloat16, seed=2))
+@example(case=dict(S_q=3, N=1, block_size=16, seq_lens=[2, 0, 0], causal=True, dtype=torch.float16, seed=0))
+def test_hypothesis_matches_dense(be, case):
+    case = dict(case)
     gen = torch.Generator().manual_seed(case.pop("seed"))
-    inputs = make(gen, **case)
-    out, lse = run_amla("reference", inputs)
+    inputs = on(be, make(gen, **case))
+    out, lse = run(be, inputs)
     assert_matches_dense(out, lse, inputs)
-    o_b, l_b = amla_blockwise(**inputs, block_kv=64)
-    assert_matches_dense(o_b, l_b, inputs, name="blockwise[amla]")
-
-
-# ----------------------------------------------------------------------------------------------
-# the AMLA emulation: measured error vs exact softmax
-# ----------------------------------------------------------------------------------------------
-def _trend_inputs(gen, dtype, L, trend, q_scale=1.0):
-    """Scores that rise along the sequence (trend > 0), so the running max and n change in most blocks
-    and every rescale carries a Δn and a cof compensation; q_scale < 1 flattens the attention."""
-    qn, qr = queries(gen, 2, 2, 8, dtype)
-    qn, qr = (qn.float() * q_scale).to(dtype), (qr.float() * q_scale).to(dtype)
-    kvs, krs = dense_rows(gen, [L, L - 37], dtype)
-    if trend:
-        qr[..., 0] = 4.0
-        for k in krs:
-            k[:, 0] = (trend * 10.0 * torch.arange(k.shape[0]) / L).to(dtype)
-    return paged(qn, qr, kvs, krs, 64, gen)
-
-
-def _err(out, ref):
-    return cos_diff(out, ref), ((out.double() - ref).abs().max() / ref.abs().max()).item()
-
-
-# Measured (fp32 output of the emulation vs the fp64 dense softmax; 2 requests of L = 2048 / 2011 keys,
-# N = 8, S_q = 2, causal; block_kv 64 and 512; flat, rising (trend 3) and flattened (q·0.3) logits):
-#   bf16: cos diff 1.6e-7 … 8.4e-7, max|err| 4.1e-4 … 1.5e-3 of max|ref|  (multiply variant: same range)
-#   fp16: cos diff 2.4e-9 … 1.3e-8, max|err| 5.1e-5 … 1.8e-4 of max|ref|  (multiply variant: same range)
-#   lse:  ≤ 4.1e-6 abs (the same fp32 statistics in both variants)
-# AMLA's integer rescale + cof compensation costs no more than the P → bf16/fp16 rounding both variants
-# share (AMLA/multiply cos-diff ratio ≤ 1.5 measured). Bounds below: about 2× the worst measurement.
-EMULATION_BOUND = {torch.bfloat16: (2e-6, 3e-3), torch.float16: (3e-8, 4e-4)}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("block_kv,trend,q_scale", [(512, 0.0, 1.0), (64, 0.0, 1.0), (64, 3.0, 1.0), (64, 0.0, 0.3)])
-def test_amla_emulation_error_bounded(dtype, block_kv, trend, q_scale, gen):
-    inputs = _trend_inputs(gen, dtype, 2048, trend, q_scale)
-    ref_out, ref_lse = dense_fp64(inputs)
-    cos_bound, rel_bound = EMULATION_BOUND[dtype]
-    errs = {}
-    for rescale in ("amla", "multiply"):
-        out, lse = amla_blockwise(**inputs, block_kv=block_kv, rescale=rescale, out_dtype=torch.float32)
-        errs[rescale] = _err(out, ref_out)
-        assert errs[rescale][0] <= cos_bound and errs[rescale][1] <= rel_bound, (rescale, errs[rescale])
-        assert_close(lse, ref_lse, "lse", name=f"{rescale}.lse")
-        rounded, _ = amla_blockwise(**inputs, block_kv=block_kv, rescale=rescale)
-        assert_close(rounded, ref_out, out_kind(dtype), name=rescale)
-    # AMLA is within a small factor of the plain FlashAttention rescale
-    assert errs["amla"][0] <= 3 * errs["multiply"][0] + 1e-9, errs
-
-
-def _jump_inputs(gen, *, block0_scale, zero_col=None, denormal_col=None, spike=None):
-    """One request, 3 blocks of 64 keys: block 0's keys scaled by block0_scale (small logits), then
-    normal keys, so the running max jumps at block 1 (Δn < 0). Optional: a c_kv column that is exactly
-    0 / denormal (1e-39, a bf16 subnormal) in block 0 only; a key in block 1 whose logit is ``spike``
-    above the others."""
-    L = 192
-    qn, qr = queries(gen, 1, 2, 4, torch.bfloat16)
-    kv = torch.randn(L, DC, generator=gen)
-    kr = torch.randn(L, DR, generator=gen)
-    kv[:64] *= block0_scale
-    kr[:64] *= block0_scale
-    if zero_col is not None:
-        kv[:64, zero_col] = 0.0
-    if denormal_col is not None:
-        kv[:64, denormal_col] = 1e-39
-    if spike is not None:
-        # every head's q_rope = e₀ and key 100's k_rope = (spike/scale)·e₀: its logit is spike + q_nope·c_kv
-        qr.zero_()
-        qr[..., 0] = 1.0
-        kr[100] = 0.0
-        kr[100, 0] = spike / SCALE
-    return paged(qn, qr, [kv.to(torch.bfloat16)], [kr.to(torch.bfloat16)], 64, gen)
-
-
-def test_amla_zero_and_denormal_columns_survive(gen):
-    """A c_kv column that is exactly 0 (and one that is denormal) in the first block and non-zero later.
-    Our guarded integer add keeps it; the shipped CANN guard (|O| > 1e10 → 0) drops the column —
-    asserted too, so this test would fail without the guard."""
-    inputs = _jump_inputs(gen, block0_scale=0.05, zero_col=7, denormal_col=9)
-    ref_out, _ = dense_fp64(inputs)
-    assert ref_out[..., 7].abs().min() > 1e-3 and ref_out[..., 9].abs().min() > 1e-3
-    ours, lse = amla_blockwise(**inputs, block_kv=64, out_dtype=torch.float32)
-    assert_close(ours.to(torch.bfloat16), ref_out, "bf16")
-    for col in (7, 9):
-        err = (ours[..., col].double() - ref_out[..., col]).abs().max().item()
-        assert err <= 3e-3 * ref_out.abs().max().item(), (col, err)
-    cann, _ = amla_blockwise(**inputs, block_kv=64, guard="cann", out_dtype=torch.float32)
-    assert torch.all(cann[..., 7] == 0) and torch.all(cann[..., 9] == 0), "expected CANN's guard to drop the columns"
-    other = [c for c in range(DC) if c not in (7, 9)]
-    assert torch.allclose(cann[..., other], ours[..., other], rtol=0, atol=1e-6)
-
-
-def test_amla_shift_clamped_at_minus_30(gen):
-    """A logit spike of +50 in block 1 after near-zero logits: the true Δn ≈ −72 is clamped to −30, so
-    block 0's output is over-weighted by 2^42 relative to exact, yet only ≈ 2^−30·l₀ ≈ 6e−8 of the spike's
-    weight — no NaN/inf, and inside the emulation bound."""
-    inputs = _jump_inputs(gen, block0_scale=1e-3, spike=50.0)
-    ref_out, ref_lse = dense_fp64(inputs)
-    assert ref_lse.min() > 35.0                       # the spike dominates every row
-    for guard in ("exponent", "cann"):
-        out, lse = amla_blockwise(**inputs, block_kv=64, guard=guard, out_dtype=torch.float32)
-        assert torch.isfinite(out).all()
-        cd, rel = _err(out, ref_out)
-        assert cd <= EMULATION_BOUND[torch.bfloat16][0] and rel <= EMULATION_BOUND[torch.bfloat16][1], (guard, cd, rel)
-        assert_close(lse, ref_lse, "lse")
-
-
-def test_amla_shift_clamp_overweights_the_old_block_as_cann_does(gen):
-    """The clamp's effect made visible (mutation audit, session 9: removing the clamp passed the test above, whose
-    spike key carries most of the output anyway). Block 0: logits 0 and c_kv rows of 1; block 1: logits ≈ 50 and
-    c_kv rows of 0. The exact output is e^-50 ≈ 2e-22 (block 0's weight); with Δn ≈ −72 clamped to −30, block 0 is
-    over-weighted by 2^42, as in CANN's kernel, so the emulation gives ≈ 2^42 times the exact output."""
-    qn = torch.zeros(1, 1, 2, DC, dtype=torch.bfloat16)
-    qr = torch.zeros(1, 1, 2, DR, dtype=torch.bfloat16)
-    qr[..., 0] = 1.0
-    kv = torch.zeros(128, DC)
-    kv[:64] = 1.0
-    kr = torch.zeros(128, DR)
-    kr[64:, 0] = 50.0 / SCALE
-    inputs = paged(qn, qr, [kv.to(torch.bfloat16)], [kr.to(torch.bfloat16)], 64, gen)
-    ref_out, _ = dense_fp64(inputs)
-    s1 = SCALE * float(kr.to(torch.bfloat16)[64, 0].double())          # block 1's logit after bf16 rounding
-    dn_true = -round(s1 / math.log(2))                                   # n = rint(−m/ln2): 0 for block 0
-    assert dn_true < -60
-    for guard in ("exponent", "cann"):
-        out, _ = amla_blockwise(**inputs, block_kv=64, guard=guard, out_dtype=torch.float32)
-        ratio = out.double() / ref_out
-        assert torch.allclose(torch.log2(ratio), torch.full_like(ratio, -30.0 - dn_true), atol=1e-3), (guard, ratio)
-
-
-def test_pow2_rescale_is_exact_exponent_arithmetic():
-    """The integer add is exact multiplication by 2^Δn for normal values; the guard keeps zeros, −0,
-    denormals, inf and NaN right; the unguarded (CANN) add turns 0 into −inf for Δn = −1."""
-    special = torch.tensor([1.0, -3.5, 1e-30, 0.0, -0.0, 1e-40, -2e-39, float("inf"), float("nan"), 3e38])
-    # every binade near the bottom of the normal range (exponent field 1..40), random significands, ± signs:
-    # the ones whose exponent field is ≤ |Δn| would wrap into denormals/zero under a bare integer add
-    expo = torch.arange(1, 41, dtype=torch.float32)
-    sig = 1.0 + torch.rand(40, generator=torch.Generator().manual_seed(5))
-    low = torch.ldexp(sig, (expo - 127).to(torch.int32))
-    vals = torch.cat([special, low, -low])[None, :]
-    for dn in (0.0, -1.0, -7.0, -30.0):
-        dn_t = torch.tensor([dn])
-        n_add = torch.tensor([int(dn) * 2**23])
-        got = _pow2_rescale(vals, n_add, dn_t, torch.ones(1), "exponent")
-        want = vals * 2.0**dn
-        assert torch.equal(got.nan_to_num(nan=123.0), want.nan_to_num(nan=123.0)), (dn, got, want)
-        assert torch.equal(torch.signbit(got[:, 3:5]), torch.signbit(vals[:, 3:5]))
-    cann = _pow2_rescale(vals, torch.tensor([-(2**23)]), torch.tensor([-1.0]), torch.ones(1), "cann")
-    assert torch.isneginf(cann[0, 3]) and torch.equal(cann[0, :2], vals[0, :2] / 2)
-
-
-def test_blockwise_rejects_bad_options(gen):
-    inputs = make(gen, seq_lens=[3])
-    with pytest.raises(ValueError, match="rescale"):
-        amla_blockwise(**inputs, rescale="fma")
-    with pytest.raises(ValueError, match="guard"):
-        amla_blockwise(**inputs, guard="none")
-    with pytest.raises(ValueError, match="block_kv"):
-        amla_blockwise(**inputs, block_kv=0)
+    if be.name == "reference":
+        o_b, l_b = amla_blockwise(**inputs, block_kv=64)
+        assert_matches_dense(o_b, l_b, inputs, name="blockwise[amla]")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -517,6 +449,9 @@ BAD_CASES = [
                                 q_rope=i["q_rope"][:, :1].expand(-1, 17, -1, -1)), ValueError, "S_q"),
     ("scale bool", lambda i: _bad(i, softmax_scale=True), TypeError, "softmax_scale"),
     ("scale nan", lambda i: _bad(i, softmax_scale=float("nan")), ValueError, "softmax_scale"),
+    ("causal int 2", lambda i: _bad(i, causal=2), TypeError, "causal must be a bool, got int 2"),
+    ("causal int 1", lambda i: _bad(i, causal=1), TypeError, "causal must be a bool, got int 1"),
+    ("causal float", lambda i: _bad(i, causal=0.0), TypeError, "causal must be a bool, got float"),
     ("seq_len > capacity", lambda i: _bad(i, seq_lens=torch.tensor([3 * 16 + 1, 5], dtype=torch.int32)),
      ValueError, "seq_lens"),
     ("negative seq_len", lambda i: _bad(i, seq_lens=torch.tensor([-1, 5], dtype=torch.int32)), ValueError, "seq_lens"),
@@ -529,6 +464,8 @@ BAD_CASES = [
 @pytest.mark.parametrize("via", ["call", "op"])
 @pytest.mark.parametrize("case", BAD_CASES, ids=[c[0] for c in BAD_CASES])
 def test_eager_checks(case, via, gen):
+    """Every bad argument raises naming it, on the eager call and through torch.ops.ds.amla alike (causal=2 used to
+    run there: the schema's bool took any number; causal is a Scalar now, so the check sees the caller's type)."""
     name, mutate, exc, match = case
     if via == "op" and name == "scale bool":
         pytest.skip("the dispatcher converts a bool to the schema's float before the check sees it")
@@ -536,16 +473,7 @@ def test_eager_checks(case, via, gen):
     inputs = make(gen, seq_lens=[20, 5], block_size=16, extra_blocks=1)
     assert inputs["block_table"].shape == (2, 3)
     with pytest.raises(exc, match=match):
-        run_amla("reference", mutate(inputs), via=via)
-
-
-def test_short_causal_rows_allowed(gen):
-    """seq_len < S_q is valid: the first S_q − L query tokens see no key (out 0, lse −inf)."""
-    inputs = make(gen, seq_lens=[2, 0], S_q=4)
-    out, lse = run_amla("reference", inputs)
-    assert torch.all(torch.isneginf(lse[0, :2])) and torch.all(out[0, :2] == 0)
-    assert torch.isfinite(lse[0, 2:]).all()
-    assert_matches_dense(out, lse, inputs)
+        run("reference", mutate(inputs), via=via)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -583,7 +511,7 @@ def test_flops_and_bytes(gen):
     want = 2 * 2 * 2 * (40 + 17) * (DC + DR + DC)
     assert amla_mod.flops(**inputs) == want
     with FlopCounterMode(display=False) as counter:
-        run_amla("reference", inputs, via="op")
+        run("reference", inputs, via="op")
     assert counter.get_total_flops() == want
     isz = 2
     assert amla_mod.bytes_moved(**inputs) == (57 * (DC + DR) * isz + 3 * 2 * 2 * (DC + DR) * isz
@@ -630,20 +558,35 @@ def test_make_inputs_layout(gen):
     unowned = sorted(set(range(kv.shape[0])) - set(ids.tolist()))
     assert unowned and torch.isnan(kv[unowned]).all()
     assert (inputs["q_nope"] != 0).float().mean() > 0.99
+    # the paging options: in order, a chosen fill and unused entry
+    flat = make(gen, seq_lens=[20, 5], block_size=16, permute=False, fill=0.0, unused=7)
+    assert flat["block_table"].tolist() == [[0, 1, 7], [2, 7, 7]] and not torch.isnan(flat["kv_cache"]).any()
     # the CPU shapes run on the reference
     for name, shape in spec.shapes.items():
         if shape.get("cpu"):
             inp = spec.make_inputs(shape, dtype=torch.bfloat16, device="cpu", generator=gen)
-            out, lse = run_amla("reference", inp)
+            out, lse = run("reference", inp)
             assert_matches_dense(out, lse, inp, name=name)
+
+
+def test_paged_cache_rejects_mismatched_requests(gen):
+    kvs, krs = dense_rows(gen, [5, 3], torch.float16)
+    with pytest.raises(ValueError, match="same requests"):
+        paged_cache(kvs, krs[:1], 16)
+    with pytest.raises(ValueError, match="same requests"):
+        paged_cache(kvs, [krs[0], krs[0]], 16)
+    with pytest.raises(ValueError, match="block_size"):
+        paged_cache(kvs, krs, 0)
 
 
 def test_triton_supports_hook_never_raises(gen):
     inputs = make(gen, seq_lens=[5])
-    reason = amla_mod._triton_supports(**inputs)
-    assert reason is None or isinstance(reason, str)
+    for k in ops._library.OPS["amla"].kernels:
+        reason = k.supports(**inputs) if k.supports is not None else None
+        assert reason is None or isinstance(reason, str)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_reference_on_cuda_matches_cpu():
     """GPU smoke for the reference half: make_inputs on the device, the reference on CUDA tensors equals
@@ -651,10 +594,10 @@ def test_reference_on_cuda_matches_cpu():
     spec = ops.SPECS["amla"]
     g = torch.Generator().manual_seed(0)
     inputs = spec.make_inputs(spec.shapes["cpu_b4_sq1_n16_varlen"], dtype=torch.bfloat16, device="cuda", generator=g)
-    out, lse = run_amla("reference", inputs, via="op")
+    out, lse = run("reference", inputs, via="op")
     assert out.is_cuda and lse.is_cuda
     cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-    out_c, lse_c = run_amla("reference", cpu)
+    out_c, lse_c = run("reference", cpu)
     assert_close(out.cpu(), out_c.float(), "bf16")
     assert_close(lse.cpu(), lse_c, "lse")
     assert_matches_dense(out.cpu(), lse.cpu(), cpu)
@@ -666,8 +609,8 @@ def test_reference_on_cuda_matches_cpu():
 @pytest.mark.parametrize("arg", ["block_table", "seq_lens", "kv_cache", "q_nope"])
 def test_mixed_devices_through_the_dispatcher_raise(arg, gen):
     """One argument on the meta device sends ``torch.ops.ds.amla`` to the Meta (fake) kernel. The fake used to skip
-    the checks and return empty tensors on q_nope's device: uninitialised memory as the result (new-user finding,
-    session 8). It now runs the static checks and names the argument."""
+    the checks and return empty tensors on q_nope's device: uninitialised memory as the result. It now runs the
+    static checks and names the argument."""
     inp = make(gen, B=2, S_q=1, N=4, L=70)
     inp[arg] = inp[arg].to("meta")
     with pytest.raises(ValueError, match="must be on"):

@@ -39,9 +39,6 @@ Addressing and work split (constexprs, from the launch config):
   (BLOCK_N divides the block size; key tiles start at multiples of BLOCK_N). triton-ascend lowers this to
   block copies; per-key page gathers (``FLAT=False``) become per-element loads there. Ascend / interpreter
   shrink BLOCK_N to the page when needed, CUDA falls back to the gathers (bit-identical results).
-* ``DV_SPLIT=2`` — the 512 output columns are split between two programs, each recomputing S (1664
-  executed vs 1088 useful FLOP per key and row) for half the accumulator registers; S is summed pairwise
-  ((a + b) + (c + d)) + rope so both halves see bit-identical logits; only the first writes lse.
 * ``PEEL`` — full key tiles (below every valid row's limit and the range end) run a body with no load mask and
   no logit select; the partial last tile and the causal diagonal the masked one (bit-identical results).
   With ``FLAT`` the page id of the next tile is loaded one tile ahead, so the tile loads are not "indirect"
@@ -52,37 +49,49 @@ Addressing and work split (constexprs, from the launch config):
 
 No host synchronisation on the launch path: the split count comes from shapes (B, N, S_q and
 max_blocks·block_size as an upper bound on L), each program reads its own L from ``seq_lens`` on the
-device and splits it evenly; the op is CUDA-graph and torch.compile(fullgraph=True) safe.
-Launch configs live in ops/triton/configs/amla.json ("cuda", "ascend", "interpreter").
+device and splits it evenly; the op is CUDA-graph and torch.compile(fullgraph=True) safe. In the batch-invariant
+mode (``INV_CHUNK`` > 0) a program instead takes chunk ``split`` of the request's own chunking
+(:func:`invariant_chunk_len`) and the merge runs ``ORDERED`` (docs/ops/amla.md, "Batch-invariant mode").
+
+Launch tables: ops/triton/configs/amla.json, one table per backend ("cuda" NVIDIA, "ascend" 910B, "interpreter" CPU),
+each with a "fwd" and a "merge" section in the grammar of ops/triton/_common.py (shared keys, then ``buckets`` tried
+in order on ``rows`` = S_q·N, first match wins, the last matches every shape). "fwd" keys: ``cores`` (0 = the
+device's SM count), ``vector_cores`` (merge grid cap, persistent tables), ``persistent`` (grid = min(work,
+cores·programs_per_core) with a loop over work items), ``fill`` / ``max_splits`` / ``min_keys_per_split`` (split
+count, :func:`launch_plan`), ``rescale_skip``, ``amla_round_c`` / ``lazy`` (the rescale variant,
+:func:`amla_variant`), ``flat`` / ``flat_shrink`` / ``float_guard`` / ``peel`` (the constexprs above); a bucket's
+config: ``BLOCK_M``, ``BLOCK_N``, ``num_warps``, ``num_stages``, ``programs_per_core``, ``q_in_loop`` (re-read the
+queries every key tile) and overrides of ``flat`` / ``peel`` / ``rescale_skip``. "merge": ``num_warps``,
+``vec_min_splits`` / ``vec_max_rows`` (the vectorised merge from that many splits, up to that many rows in all),
+``cols`` (columns per work item of the vectorised merge).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from typing import Callable, Iterator
 
 import torch
 import triton
 import triton.language as tl
 
+from .._library import batch_invariant_enabled
 from ._common import load_configs as _load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner
-from ._pdl import pdl_enter, pdl_kwargs
 
-__all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "load_configs", "launch_plan"]
+__all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "compile_cases", "load_configs",
+           "section", "bucket_rows", "tile_for", "launch_plan", "launch_plan_for", "output_allocator", "pow2_rescale",
+           "invariant_chunking", "invariant_chunk_len", "BATCH_INVARIANT_POLICIES", "BATCH_INVARIANT_POLICY"]
 
 _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
-
-
-def _empty(shape, dtype, device):
-    """Allocation of outputs and split partials (one hook: tests replace it with a NaN-poisoning one)."""
-    return torch.empty(shape, dtype=dtype, device=device)
 
 
 # ==============================================================================================
 # kernels
 # ==============================================================================================
 @triton.jit
-def _pow2_rescale(acc, n_add, dn, fac, FGUARD: tl.constexpr):
+def pow2_rescale(acc, n_add, dn, fac, FGUARD: tl.constexpr):
     """AMLA rescale of acc [BM, DC] fp32: add n_add [BM] int32 to the bit pattern where that is exact
     exponent arithmetic (E ≥ 2 − dn and E ≤ 253), else multiply by fac [BM] = 2^dn·cof_prev/cof.
 
@@ -107,12 +116,11 @@ def _pow2_rescale(acc, n_add, dn, fac, FGUARD: tl.constexpr):
 
 @triton.jit
 def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt,
-              qa, qb, qc, qd, qr, qn, qrp, row_ok, col_a, col_c,
+              qa, qb, qc, qd, qr, qn, qrp, row_ok,
               kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
               D_V: tl.constexpr, D_R: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
               RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
-              Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr,
-              MASKED: tl.constexpr):
+              Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, FGUARD: tl.constexpr, MASKED: tl.constexpr):
     """One key tile [k0, k0 + BLOCK_N) of the online softmax: loads c_kv / k_rope once, S = Q·Kᵀ, rescale, O += P·V.
     MASKED=False (a full tile: k0 + BLOCK_N ≤ every valid row's limit and ≤ end): no load mask, no logit select.
     MASKED=True: keys ≥ end read as 0 and every logit at or past its row's limit (causal) is −inf.
@@ -129,8 +137,11 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
     kmask = kpos < end                                      # only read when MASKED
     if FLAT:
         # k0 is a multiple of BLOCK_N and BLOCK_N divides PAGE: the whole tile lies in one page, one
-        # scalar page id (an out-of-range id, a caller error, is redirected to page 0)
-        pg = tl.where((pg_nxt >= 0) & (pg_nxt < NUM_PAGES), pg_nxt, 0).to(tl.int64)
+        # scalar page id (an out-of-range id, a caller error, is redirected to page 0, so nothing outside the cache
+        # is read ...
+        pg_ok = (pg_nxt >= 0) & (pg_nxt < NUM_PAGES)
+        pg = tl.where(pg_ok, pg_nxt, 0).to(tl.int64)
+        scale = tl.where(pg_ok, scale, float("nan"))       # ... and its logits are NaN (unchecked caller errors)
         pg_nxt = tl.load(bt_row + (k0 + BLOCK_N) // PAGE, mask=k0 + BLOCK_N < end, other=0)
         # the tile's first slot goes into the scalar base, so the per-key offsets are loop-invariant
         slot0 = k0 % PAGE
@@ -139,46 +150,48 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
         krp = kr_ptr + (pg * skr_p + slot0 * skr_s) + (slot * skr_s)[:, None] + dr[None, :]
     else:
         # page id per key (masked: entries past ceil(L/PAGE) are never read; an out-of-range id, a caller
-        # error, is redirected to page 0 rather than read out of bounds), 64-bit offsets
+        # error, is redirected to page 0 rather than read out of bounds, and its logits are NaN), 64-bit offsets
         if MASKED:
             page = tl.load(bt_row + kpos // PAGE, mask=kmask, other=0)
         else:
             page = tl.load(bt_row + kpos // PAGE)
-        page = tl.where((page >= 0) & (page < NUM_PAGES), page, 0).to(tl.int64)
+        page_ok = (page >= 0) & (page < NUM_PAGES)
+        page = tl.where(page_ok, page, 0).to(tl.int64)
         slot = (kpos % PAGE).to(tl.int64)
         kb = kv_ptr + (page * skv_p + slot * skv_s)[:, None]
         krp = kr_ptr + (page * skr_p + slot * skr_s)[:, None] + dr[None, :]
     if MASKED:
         # keys past the range read as 0 (never NaN: unused slots are never loaded), the logits are masked below
-        k_a = tl.load(kb + col_a + dc[None, :], mask=kmask[:, None], other=0.0)
-        k_b = tl.load(kb + (col_a + DC) + dc[None, :], mask=kmask[:, None], other=0.0)
-        k_c = tl.load(kb + col_c + dc[None, :], mask=kmask[:, None], other=0.0)
-        k_d = tl.load(kb + (col_c + DC) + dc[None, :], mask=kmask[:, None], other=0.0)
+        k_a = tl.load(kb + dc[None, :], mask=kmask[:, None], other=0.0)
+        k_b = tl.load(kb + DC + dc[None, :], mask=kmask[:, None], other=0.0)
+        k_c = tl.load(kb + 2 * DC + dc[None, :], mask=kmask[:, None], other=0.0)
+        k_d = tl.load(kb + 3 * DC + dc[None, :], mask=kmask[:, None], other=0.0)
         kr = tl.load(krp, mask=kmask[:, None], other=0.0)
     else:
         # a full tile: every key is below every row's limit, no mask at all
-        k_a = tl.load(kb + col_a + dc[None, :])
-        k_b = tl.load(kb + (col_a + DC) + dc[None, :])
-        k_c = tl.load(kb + col_c + dc[None, :])
-        k_d = tl.load(kb + (col_c + DC) + dc[None, :])
+        k_a = tl.load(kb + dc[None, :])
+        k_b = tl.load(kb + DC + dc[None, :])
+        k_c = tl.load(kb + 2 * DC + dc[None, :])
+        k_d = tl.load(kb + 3 * DC + dc[None, :])
         kr = tl.load(krp)
     if Q_IN_LOOP:
         qm = row_ok[:, None] & (k0 >= 0)                   # depends on k0: keeps the load in the loop
-        qa = tl.load(qn + col_a + dc[None, :], mask=qm, other=0.0)
-        qb = tl.load(qn + (col_a + DC) + dc[None, :], mask=qm, other=0.0)
-        qc = tl.load(qn + col_c + dc[None, :], mask=qm, other=0.0)
-        qd = tl.load(qn + (col_c + DC) + dc[None, :], mask=qm, other=0.0)
+        qa = tl.load(qn + dc[None, :], mask=qm, other=0.0)
+        qb = tl.load(qn + DC + dc[None, :], mask=qm, other=0.0)
+        qc = tl.load(qn + 2 * DC + dc[None, :], mask=qm, other=0.0)
+        qd = tl.load(qn + 3 * DC + dc[None, :], mask=qm, other=0.0)
         qr = tl.load(qrp, mask=qm, other=0.0)
 
     # S = scale·(q_nope·c_kvᵀ + q_rope·k_ropeᵀ): five short tensor-core chains summed in IEEE fp32
     # (the MMA accumulator truncates; one 576-long chain biases the logits by ~1e-5 at DeepSeek scales).
-    # Pairwise ((a + b) + (c + d)) + rope: fp32 addition commutes, so both column halves (DV_SPLIT = 2,
-    # which see the chunks in swapped order) compute bit-identical logits. Keep the per-chain `* scale`: Triton
+    # Pairwise ((a + b) + (c + d)) + rope. Keep the per-chain `* scale`: Triton
     # folds dot(a, b, 0) + x into dot(a, b, x), so unscaled chains would be accumulated in the MMA again (measured
-    # on the H200: lse 1.3e-5 off fp64, docs/perf/amla.md, session 3)
+    # on the H200: lse 1.3e-5 off fp64)
     s = (tl.dot(qa, tl.trans(k_a)) * scale + tl.dot(qb, tl.trans(k_b)) * scale) + \
         (tl.dot(qc, tl.trans(k_c)) * scale + tl.dot(qd, tl.trans(k_d)) * scale)
     s = s + tl.dot(qr, tl.trans(kr)) * scale
+    if not FLAT:
+        s = tl.where(page_ok[None, :], s, float("nan"))    # keys on no page (unchecked caller errors)
     if MASKED:
         vis = (kpos[None, :] < lim[:, None]) & kmask[None, :]
         s = tl.where(vis, s, NEG_INF)                       # select, never multiply by a mask
@@ -214,17 +227,15 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
             fac = pow2
         if SKIP:
             if tl.max(tl.abs(n_add), axis=0) != 0:
-                acc0 = _pow2_rescale(acc0, n_add, dn, fac, FGUARD)
-                acc1 = _pow2_rescale(acc1, n_add, dn, fac, FGUARD)
-                if DV_SPLIT == 1:
-                    acc2 = _pow2_rescale(acc2, n_add, dn, fac, FGUARD)
-                    acc3 = _pow2_rescale(acc3, n_add, dn, fac, FGUARD)
+                acc0 = pow2_rescale(acc0, n_add, dn, fac, FGUARD)
+                acc1 = pow2_rescale(acc1, n_add, dn, fac, FGUARD)
+                acc2 = pow2_rescale(acc2, n_add, dn, fac, FGUARD)
+                acc3 = pow2_rescale(acc3, n_add, dn, fac, FGUARD)
         else:
-            acc0 = _pow2_rescale(acc0, n_add, dn, fac, FGUARD)
-            acc1 = _pow2_rescale(acc1, n_add, dn, fac, FGUARD)
-            if DV_SPLIT == 1:
-                acc2 = _pow2_rescale(acc2, n_add, dn, fac, FGUARD)
-                acc3 = _pow2_rescale(acc3, n_add, dn, fac, FGUARD)
+            acc0 = pow2_rescale(acc0, n_add, dn, fac, FGUARD)
+            acc1 = pow2_rescale(acc1, n_add, dn, fac, FGUARD)
+            acc2 = pow2_rescale(acc2, n_add, dn, fac, FGUARD)
+            acc3 = pow2_rescale(acc3, n_add, dn, fac, FGUARD)
         # l in the exact power-of-two reference, Σ e^s·2^n (rescaled by powers of two only; the
         # compensated cof enters once, at the end)
         if ROUND_C:
@@ -251,22 +262,19 @@ def _kv_block(k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last
             if tl.min(alpha, axis=0) != 1.0:
                 acc0 = acc0 * alpha[:, None]
                 acc1 = acc1 * alpha[:, None]
-                if DV_SPLIT == 1:
-                    acc2 = acc2 * alpha[:, None]
-                    acc3 = acc3 * alpha[:, None]
+                acc2 = acc2 * alpha[:, None]
+                acc3 = acc3 * alpha[:, None]
         else:
             acc0 = acc0 * alpha[:, None]
             acc1 = acc1 * alpha[:, None]
-            if DV_SPLIT == 1:
-                acc2 = acc2 * alpha[:, None]
-                acc3 = acc3 * alpha[:, None]
+            acc2 = acc2 * alpha[:, None]
+            acc3 = acc3 * alpha[:, None]
         m_r = m_r_new
     pb = p.to(p_dtype)
     acc0 = tl.dot(pb, k_a, acc0)                            # V is c_kv itself: the same tiles
     acc1 = tl.dot(pb, k_b, acc1)
-    if DV_SPLIT == 1:
-        acc2 = tl.dot(pb, k_c, acc2)
-        acc3 = tl.dot(pb, k_d, acc3)
+    acc2 = tl.dot(pb, k_c, acc2)
+    acc3 = tl.dot(pb, k_d, acc3)
     m_i = m_new
     return acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt
 
@@ -281,24 +289,18 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                D_V: tl.constexpr, D_R: tl.constexpr, PAGE: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
-               SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr, DV_SPLIT: tl.constexpr,
-               FGUARD: tl.constexpr, PEEL: tl.constexpr):
+               SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, FLAT: tl.constexpr,
+               FGUARD: tl.constexpr, PEEL: tl.constexpr, INV_CHUNK: tl.constexpr, INV_MAX_CHUNKS: tl.constexpr,
+               INV_UNIT: tl.constexpr):
     NEG_INF: tl.constexpr = float("-inf")
     LOG2E: tl.constexpr = 1.4426950408889634
     DC: tl.constexpr = D_V // 4            # the 512 latent columns in 4 chunks (see QKᵀ below)
-    # work → (m block fastest, then column half, then split, then request): the programs that share a K tile
-    # run together
+    # work → (m block fastest, then split, then request): the programs that share a K tile run together
     mb = work % NUM_M
     rest = work // NUM_M
-    vpart = rest % DV_SPLIT
-    rest = rest // DV_SPLIT
     split = rest % NUM_SPLITS
     b = rest // NUM_SPLITS
     b64 = b.to(tl.int64)
-    # output columns of this program: chunks a, b (and c, d when DV_SPLIT == 1); DV_SPLIT == 2 splits the
-    # 512 output columns between two programs, each computing all of S (the chunks c, d then only enter QKᵀ)
-    col_a = vpart * (2 * DC)
-    col_c = 2 * DC - col_a
 
     rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < ROWS
@@ -308,14 +310,20 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
 
     # this request's keys (never more than the block table can address)
     L = tl.load(sl_ptr + b)
-    L = tl.minimum(tl.maximum(L, 0), MAX_KEYS)
+    bad_len = (L < 0) | (L > MAX_KEYS)        # a caller error: read nothing, every row of the request NaN
+    L = tl.where(bad_len, 0, L)
     if CAUSAL:
         lim = L - S_Q + tok + 1               # token j sees keys [0, L − S_q + j]
     else:
         lim = L + tok * 0
     lim = tl.where(row_ok, tl.minimum(lim, L), 0)
     hi = tl.max(lim, axis=0)                  # keys any row of this block needs
-    split_len = tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    if INV_CHUNK > 0:
+        # batch-invariant mode: the chunk length follows from L and constants only (docs/ops/amla.md); splits
+        # past the request's last chunk are empty (lse −inf), whatever NUM_SPLITS the batch launched
+        split_len = tl.maximum(tl.cdiv(tl.cdiv(L, INV_MAX_CHUNKS), INV_UNIT) * INV_UNIT, INV_CHUNK)
+    else:
+        split_len = tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_N) * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, hi)
 
@@ -333,19 +341,18 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
         qr_off = b64 * sqr_b + tok.to(tl.int64) * sqr_s + head.to(tl.int64) * sqr_h
         qrp = q_rope_ptr + qr_off[:, None] + dr[None, :]
     if not Q_IN_LOOP:
-        qa = tl.load(qn + col_a + dc[None, :], mask=row_ok[:, None], other=0.0)
-        qb = tl.load(qn + (col_a + DC) + dc[None, :], mask=row_ok[:, None], other=0.0)
-        qc = tl.load(qn + col_c + dc[None, :], mask=row_ok[:, None], other=0.0)
-        qd = tl.load(qn + (col_c + DC) + dc[None, :], mask=row_ok[:, None], other=0.0)
+        qa = tl.load(qn + dc[None, :], mask=row_ok[:, None], other=0.0)
+        qb = tl.load(qn + DC + dc[None, :], mask=row_ok[:, None], other=0.0)
+        qc = tl.load(qn + 2 * DC + dc[None, :], mask=row_ok[:, None], other=0.0)
+        qd = tl.load(qn + 3 * DC + dc[None, :], mask=row_ok[:, None], other=0.0)
         qr = tl.load(qrp, mask=row_ok[:, None], other=0.0)
 
     m_i = tl.full((BLOCK_M,), NEG_INF, tl.float32)      # running max of the logits (natural units)
     l_i = tl.zeros((BLOCK_M,), tl.float32)              # running Σ e^s, in the reference (2^n or e^-m_r)
     acc0 = tl.zeros((BLOCK_M, DC), tl.float32)
     acc1 = tl.zeros((BLOCK_M, DC), tl.float32)
-    if DV_SPLIT == 1:
-        acc2 = tl.zeros((BLOCK_M, DC), tl.float32)
-        acc3 = tl.zeros((BLOCK_M, DC), tl.float32)
+    acc2 = tl.zeros((BLOCK_M, DC), tl.float32)
+    acc3 = tl.zeros((BLOCK_M, DC), tl.float32)
     n_i = tl.zeros((BLOCK_M,), tl.float32)              # AMLA: O is referenced to 2^n_i
     cof_i = tl.full((BLOCK_M,), 1.0, tl.float32)
     c_last = tl.full((BLOCK_M,), 1.0, tl.float32)
@@ -360,9 +367,6 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
         full_end = start + tl.maximum(tl.minimum(lo, end) - start, 0) // BLOCK_N * BLOCK_N
     else:
         full_end = start
-    if DV_SPLIT == 2:
-        acc2 = 0.0                                        # unused placeholders
-        acc3 = 0.0
     if Q_IN_LOOP:
         qa = 0.0
         qb = 0.0
@@ -372,15 +376,15 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
     for k0 in range(start, full_end, BLOCK_N):
         acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt = _kv_block(
             k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt,
-            qa, qb, qc, qd, qr, qn, qrp, row_ok, col_a, col_c,
+            qa, qb, qc, qd, qr, qn, qrp, row_ok,
             kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
-            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, False)
+            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, FGUARD, False)
     for k0 in range(full_end, end, BLOCK_N):
         acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt = _kv_block(
             k0, end, lim, acc0, acc1, acc2, acc3, m_i, l_i, n_i, cof_i, c_last, m_r, pg_nxt,
-            qa, qb, qc, qd, qr, qn, qrp, row_ok, col_a, col_c,
+            qa, qb, qc, qd, qr, qn, qrp, row_ok,
             kv_ptr, kr_ptr, bt_row, skv_p, skv_s, skr_p, skr_s, scale, NUM_PAGES,
-            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, DV_SPLIT, FGUARD, True)
+            D_V, D_R, PAGE, BLOCK_N, RESCALE, ROUND_C, LAZY, SKIP, Q_IN_LOOP, FLAT, FGUARD, True)
 
     # l = NaN (a NaN or +inf logit: NaN in q / c_kv, or inf) is not an empty row: out and lse become NaN, as in
     # the reference (the max reductions drop NaN, so a row of NaN logits would otherwise look key-less)
@@ -397,20 +401,20 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
         lse = m_r + tl.log(lsafe)
     lse = tl.where(has, lse, NEG_INF)
     inv = tl.where(has, inv, 0.0)                               # a row with no key: O is 0, out = 0
-    lse_ok = rows < tl.where(vpart == 0, ROWS, 0)               # one program per row writes lse
+    lse = tl.where(bad_len, float("nan"), lse)
+    inv = tl.where(bad_len, float("nan"), inv)
     if SPLIT:
         pbase = (b64 * NUM_SPLITS + split) * ROWS
-        tl.store(lsepart_ptr + pbase + rows, lse, mask=lse_ok)
+        tl.store(lsepart_ptr + pbase + rows, lse, mask=row_ok)
         po = opart_ptr + pbase * D_V + (rows * D_V)[:, None]
         if FLAT:
             omask = row_ok[:, None]                             # empty rows store 0 (never read by the merge)
         else:
             omask = (row_ok & has)[:, None]
-        tl.store(po + col_a + dc[None, :], acc0 * inv[:, None], mask=omask)
-        tl.store(po + (col_a + DC) + dc[None, :], acc1 * inv[:, None], mask=omask)
-        if DV_SPLIT == 1:
-            tl.store(po + col_c + dc[None, :], acc2 * inv[:, None], mask=omask)
-            tl.store(po + (col_c + DC) + dc[None, :], acc3 * inv[:, None], mask=omask)
+        tl.store(po + dc[None, :], acc0 * inv[:, None], mask=omask)
+        tl.store(po + DC + dc[None, :], acc1 * inv[:, None], mask=omask)
+        tl.store(po + 2 * DC + dc[None, :], acc2 * inv[:, None], mask=omask)
+        tl.store(po + 3 * DC + dc[None, :], acc3 * inv[:, None], mask=omask)
     else:
         odt = out_ptr.dtype.element_ty
         if FLAT:
@@ -420,18 +424,16 @@ def _amla_tile(work, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
             head = rows % N
             ob = out_ptr + (b64 * so_b + tok.to(tl.int64) * so_s + head.to(tl.int64) * so_h)[:, None]
             l_ptr = lse_ptr + (b64 * sl_b + tok.to(tl.int64) * sl_s + head.to(tl.int64) * sl_h)
-        tl.store(ob + col_a + dc[None, :], (acc0 * inv[:, None]).to(odt), mask=row_ok[:, None])
-        tl.store(ob + (col_a + DC) + dc[None, :], (acc1 * inv[:, None]).to(odt), mask=row_ok[:, None])
-        if DV_SPLIT == 1:
-            tl.store(ob + col_c + dc[None, :], (acc2 * inv[:, None]).to(odt), mask=row_ok[:, None])
-            tl.store(ob + (col_c + DC) + dc[None, :], (acc3 * inv[:, None]).to(odt), mask=row_ok[:, None])
-        tl.store(l_ptr, lse, mask=lse_ok)
+        tl.store(ob + dc[None, :], (acc0 * inv[:, None]).to(odt), mask=row_ok[:, None])
+        tl.store(ob + DC + dc[None, :], (acc1 * inv[:, None]).to(odt), mask=row_ok[:, None])
+        tl.store(ob + 2 * DC + dc[None, :], (acc2 * inv[:, None]).to(odt), mask=row_ok[:, None])
+        tl.store(ob + 3 * DC + dc[None, :], (acc3 * inv[:, None]).to(odt), mask=row_ok[:, None])
+        tl.store(l_ptr, lse, mask=row_ok)
 
 
 # runtime sizes are not specialised (no recompiles per batch / split count / table width); strides are
 _NO_SPEC_FWD = ["sbt_b", "N", "S_Q", "ROWS", "MAX_KEYS", "NUM_PAGES", "NUM_M", "NUM_SPLITS", "TOTAL_WORK"]
 _NO_SPEC_MERGE = ["N", "ROWS", "NUM_SPLITS", "TOTAL_WORK"]
-LAST_LAUNCH: dict = {}   # the compiled kernels of the latest launch (perf reads registers / spills / shared memory)
 
 
 @triton.jit(do_not_specialize=_NO_SPEC_FWD)
@@ -445,13 +447,11 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                      RESCALE: tl.constexpr, ROUND_C: tl.constexpr, LAZY: tl.constexpr, SKIP: tl.constexpr,
                      SPLIT: tl.constexpr, Q_IN_LOOP: tl.constexpr, PERSISTENT: tl.constexpr,
-                     FLAT: tl.constexpr, DV_SPLIT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr,
-                     PDL: tl.constexpr = False):
+                     FLAT: tl.constexpr, FGUARD: tl.constexpr, PEEL: tl.constexpr,
+                     INV_CHUNK: tl.constexpr = 0, INV_MAX_CHUNKS: tl.constexpr = 1, INV_UNIT: tl.constexpr = 1):
     """Partial / final MLA decode for work items (see module docstring); scale = softmax_scale (fp32).
-    PDL (CUDA sm_90+, section key ``pdl``): let the next kernel launch, then wait for the previous one before
-    touching memory (:mod:`ops.triton._pdl`)."""
-    if PDL:
-        pdl_enter()
+    INV_CHUNK > 0 (batch-invariant mode): a request of L keys is cut into chunks of
+    max(INV_CHUNK, ceil(ceil(L / INV_MAX_CHUNKS) / INV_UNIT)·INV_UNIT) keys, split s taking chunk s."""
     pid = tl.program_id(0)
     if PERSISTENT:
         for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
@@ -460,23 +460,26 @@ def _amla_fwd_kernel(q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out
                        skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                        scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                        D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP,
-                       FLAT, DV_SPLIT, FGUARD, PEEL)
+                       FLAT, FGUARD, PEEL, INV_CHUNK, INV_MAX_CHUNKS, INV_UNIT)
     else:
         _amla_tile(pid, q_nope_ptr, q_rope_ptr, kv_ptr, kr_ptr, bt_ptr, sl_ptr, out_ptr, lse_ptr,
                    opart_ptr, lsepart_ptr, sqn_b, sqn_s, sqn_h, sqr_b, sqr_s, sqr_h,
                    skv_p, skv_s, skr_p, skr_s, sbt_b, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                    scale, N, S_Q, ROWS, MAX_KEYS, NUM_PAGES, NUM_M, NUM_SPLITS,
                    D_V, D_R, PAGE, BLOCK_M, BLOCK_N, CAUSAL, RESCALE, ROUND_C, LAZY, SKIP, SPLIT, Q_IN_LOOP,
-                   FLAT, DV_SPLIT, FGUARD, PEEL)
+                   FLAT, FGUARD, PEEL, INV_CHUNK, INV_MAX_CHUNKS, INV_UNIT)
 
 
 @triton.jit
 def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                     N, ROWS, NUM_SPLITS, D_V: tl.constexpr, SPLITS_P2: tl.constexpr, DV_BLOCK: tl.constexpr,
-                    VEC: tl.constexpr):
+                    VEC: tl.constexpr, ORDERED: tl.constexpr):
     """Work item = (query row, block of DV_BLOCK output columns). VEC (CUDA): every split's O block is loaded at
     once as a [SPLITS_P2, DV_BLOCK] tile and summed along the splits (one L2 round trip per program); else a loop
-    over the splits (Ascend: its masks are the `dv < bound` form triton-ascend lowers to block copies)."""
+    over the splits (Ascend: its masks are the `dv < bound` form triton-ascend lowers to block copies).
+    ORDERED (batch-invariant mode, loop merge): the weights are also summed in split order, the largest split's
+    weight is exactly 1, and a row with one live split gets that split's O and lse unchanged, so nothing depends
+    on how many (empty) splits the batch launched."""
     NEG_INF: tl.constexpr = float("-inf")
     LOG2E: tl.constexpr = 1.4426950408889634
     NCB: tl.constexpr = D_V // DV_BLOCK
@@ -499,19 +502,30 @@ def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, 
         acc = tl.sum(w[:, None] * o_s, axis=0)
     else:
         acc = tl.zeros((DV_BLOCK,), tl.float32)
+        den_s = den * 0.0
         for s in range(0, NUM_SPLITS):
             ls = tl.load(lsepart_ptr + base + s * ROWS)
             live = ls != NEG_INF
-            ws = tl.where(live, tl.exp2((ls - mx) * LOG2E), 0.0)
+            if ORDERED:
+                ws = tl.where(live, tl.where(ls == mx, 1.0, tl.exp2((ls - mx) * LOG2E)), 0.0)
+                den_s += ws
+            else:
+                ws = tl.where(live, tl.exp2((ls - mx) * LOG2E), 0.0)
             # an empty split's O is never read: the mask is `dv < bound` with a scalar bound (0 for an empty split),
             # the form triton-ascend lowers to a block copy of `bound` elements
             n_live = tl.where(live, (cb + 1) * DV_BLOCK, 0)
             o = tl.load(opart_ptr + (base + s * ROWS) * D_V + dv, mask=dv < n_live, other=0.0)
             acc += ws * o
+    if ORDERED:
+        den = den_s
     has = (den > 0.0) | (den != den)                # a NaN split's lse makes den NaN: out and lse NaN, never empty
     dsafe = tl.where(has, den, 1.0)
-    o = tl.where(has, acc / dsafe, 0.0)
-    lse = tl.where(has, mx + tl.log(dsafe), NEG_INF)
+    if ORDERED:
+        o = tl.where(has, tl.where(dsafe == 1.0, acc, acc / dsafe), 0.0)
+        lse = tl.where(has, tl.where(dsafe == 1.0, mx, mx + tl.log(dsafe)), NEG_INF)
+    else:
+        o = tl.where(has, acc / dsafe, 0.0)
+        lse = tl.where(has, mx + tl.log(dsafe), NEG_INF)
     tok = r // N
     head = r % N
     tl.store(out_ptr + b * so_b + tok * so_s + head * so_h + dv, o.to(out_ptr.dtype.element_ty))
@@ -522,27 +536,51 @@ def _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, 
 def _amla_merge_kernel(opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
                        N, ROWS, NUM_SPLITS, TOTAL_WORK,
                        D_V: tl.constexpr, SPLITS_P2: tl.constexpr, PERSISTENT: tl.constexpr,
-                       DV_BLOCK: tl.constexpr = 512, VEC: tl.constexpr = False, PDL: tl.constexpr = False):
-    """Merge the KV splits of each query row (one row per work item); empty splits (lse −inf) excluded.
-    PDL: as :func:`_amla_fwd_kernel`."""
-    if PDL:
-        pdl_enter()
+                       DV_BLOCK: tl.constexpr = 512, VEC: tl.constexpr = False, ORDERED: tl.constexpr = False):
+    """Merge the KV splits of each query row (one row per work item); empty splits (lse −inf) excluded."""
     pid = tl.program_id(0)
     if PERSISTENT:
         for work in range(pid, TOTAL_WORK, tl.num_programs(0)):
             _amla_merge_row(work, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
-                            N, ROWS, NUM_SPLITS, D_V, SPLITS_P2, DV_BLOCK, VEC)
+                            N, ROWS, NUM_SPLITS, D_V, SPLITS_P2, DV_BLOCK, VEC, ORDERED)
     else:
         _amla_merge_row(pid, opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_h, sl_b, sl_s, sl_h,
-                        N, ROWS, NUM_SPLITS, D_V, SPLITS_P2, DV_BLOCK, VEC)
+                        N, ROWS, NUM_SPLITS, D_V, SPLITS_P2, DV_BLOCK, VEC, ORDERED)
 
 
 # ==============================================================================================
 # launcher
 # ==============================================================================================
 def load_configs() -> dict:
-    """The launch configs of ops/triton/configs/amla.json (keys "cuda", "ascend", "interpreter")."""
+    """The launch tables of ops/triton/configs/amla.json: {backend: {"fwd": section, "merge": section}} for the
+    backends "cuda", "ascend", "interpreter" (the grammar of ops/triton/_common.py: a section's shared keys plus
+    ``buckets``, first match wins, on the dimension ``rows`` = S_q·N)."""
     return _load_configs("amla")
+
+
+def section(key: str) -> dict:
+    """The launch settings of table ``key`` as one dict: the forward section's shared keys, its ``buckets`` and the
+    ``merge`` section. A new dict (its buckets and merge are the table's own: copy before changing them). Raises
+    ValueError for an unknown key."""
+    tables = load_configs()
+    if key not in tables:
+        raise ValueError(f"config key must be one of {sorted(tables)}, got {key!r}")
+    return dict(tables[key]["fwd"], merge=tables[key]["merge"])
+
+
+def bucket_rows(bucket: dict) -> tuple[int, int | None]:
+    """The [lo, hi] range of query rows (S_q·N) a bucket matches (hi None: no bound)."""
+    lo, hi = bucket.get("match", {}).get("rows", [1, None])
+    return lo, hi
+
+
+def tile_for(buckets: list[dict], rows: int) -> dict:
+    """The ``config`` of the first bucket whose ``rows`` range holds ``rows`` (a copy)."""
+    for b in buckets:
+        lo, hi = bucket_rows(b)
+        if lo <= rows and (hi is None or rows <= hi):
+            return dict(b["config"])
+    raise ValueError(f"no bucket matches rows = {rows}")
 
 
 def _backend_key(device: torch.device) -> str:
@@ -553,8 +591,41 @@ def _backend_key(device: torch.device) -> str:
     return "interpreter"
 
 
-_TILE_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core", "q_in_loop", "flat", "dv_split",
+_TILE_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_core", "q_in_loop", "flat",
               "rescale_skip", "peel", "name")
+
+# batch-invariant mode (docs/ops/amla.md, "Batch-invariant mode"): chunk-size policies, fixed constants of the code
+# (never the launch tables, so no retune, core count or batch composition changes them)
+BATCH_INVARIANT_POLICIES = ("scaled", "fixed", "single")
+BATCH_INVARIANT_POLICY = "scaled"     # the policy ops.batch_invariant() / DS_OPS_BATCH_INVARIANT=1 use
+INVARIANT_CHUNK_UNIT = 512            # chunk lengths are multiples of this (so of every BLOCK_N that divides it)
+INVARIANT_MAX_CHUNKS = 64             # a request is cut into at most this many chunks
+
+
+def invariant_chunking(policy: str, rows: int) -> tuple[int, int]:
+    """(base chunk length in keys, most chunks per request) of a batch-invariant chunk-size ``policy`` for requests
+    of ``rows`` = S_q·N query rows: "scaled" — base = clamp(next_pow2(32·rows), 512, 8192) (the merge's fp32
+    partials cost ~rows·4 KiB per chunk, so longer chunks for more rows keep them near a tenth of the KV read),
+    "fixed" — base 2048 whatever the rows, "single" — (0, 1): one chunk, no split. Raises ValueError for another
+    policy."""
+    if policy == "scaled":
+        return min(max(_np2(32 * max(rows, 1)), 512), 8192), INVARIANT_MAX_CHUNKS
+    if policy == "fixed":
+        return 2048, INVARIANT_MAX_CHUNKS
+    if policy == "single":
+        return 0, 1
+    raise ValueError(f"batch-invariant policy must be one of {BATCH_INVARIANT_POLICIES}, got {policy!r}")
+
+
+def invariant_chunk_len(L: int, rows: int, policy: str = BATCH_INVARIANT_POLICY) -> int:
+    """Keys per chunk of a request of ``L`` keys in the batch-invariant mode (the contract of docs/ops/amla.md):
+    max(base, ceil(ceil(L / max_chunks) / 512)·512) with (base, max_chunks) = :func:`invariant_chunking`; chunk c
+    holds keys [c·len, min((c + 1)·len, L)) and the chunks are merged in order c = 0, 1, ... "single": L (one
+    chunk; 0 for L = 0)."""
+    base, cap = invariant_chunking(policy, rows)
+    if base == 0:
+        return max(L, 0)
+    return max(base, -(-(-(-L // cap)) // INVARIANT_CHUNK_UNIT) * INVARIANT_CHUNK_UNIT)
 
 
 @functools.lru_cache(maxsize=None)
@@ -565,7 +636,7 @@ def _sm_count(device_type: str, index: int) -> int:
 
 
 def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, config: dict | None = None,
-                num_splits: int | None = None, page: int | None = None) -> dict:
+                num_splits: int | None = None, page: int | None = None, invariant: str | None = None) -> dict:
     """The launch parameters the launcher picks for a problem (shapes only, no tensor data).
 
     B, S_q, N: batch, query tokens per request, heads; max_keys: max_blocks·block_size (upper bound on L);
@@ -577,52 +648,50 @@ def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, c
     num_splits: force the KV split count;
     page: the cache's block_size (None: unknown, taken as a multiple of BLOCK_N). With "flat" addressing a
     key tile must lie in one page: sections with "flat_shrink" (Ascend, interpreter) shrink BLOCK_N to the
-    largest power of two ≥ 16 dividing the page, the others (CUDA) fall back to per-key page gathers.
+    largest power of two ≥ 16 dividing the page, the others (CUDA) fall back to per-key page gathers;
+    invariant: a batch-invariant chunk policy (:data:`BATCH_INVARIANT_POLICIES`) or None (the default split,
+    chosen from the batch): the split count becomes the most chunks any request of ≤ max_keys keys can have,
+    each request's chunks follow :func:`invariant_chunk_len`, and the merge is the ordered loop.
     Returns a new dict(BLOCK_M, BLOCK_N, num_warps, num_stages, num_m, num_splits, grid, persistent, skip,
-    round_c, lazy, key, flat, dv_split, ...); plans without ``config`` are memoised (see :func:`_plan`).
-    Raises ValueError if the chosen tile's dv_split (from the table or ``config``) is not 1 or 2, or if
-    config["key"] is not a launch table of configs/amla.json ("cuda", "ascend", "interpreter").
+    round_c, lazy, key, flat, invariant, inv_chunk, inv_max_chunks, merge_*...); plans without ``config`` are
+    memoised (see :func:`_plan`).
+    Raises ValueError if config["key"] is not a launch table of configs/amla.json ("cuda", "ascend",
+    "interpreter"), for an unknown ``invariant`` policy, for ``invariant`` with ``num_splits``, or if the mode's
+    chunk unit (512) is not a multiple of the tile's BLOCK_N.
     """
     if config:
-        return _make_plan(B, S_q, N, max_keys, device, config, num_splits, page)
-    return dict(_plan(B, S_q, N, max_keys, device, num_splits, page))
+        return _make_plan(B, S_q, N, max_keys, device, config, num_splits, page, invariant)
+    return dict(_plan(B, S_q, N, max_keys, device, num_splits, page, invariant))
 
 
 def _plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, num_splits: int | None,
-          page: int | None) -> dict:
+          page: int | None, invariant: str | None = None) -> dict:
     """:func:`launch_plan` without ``config``, memoised on everything it depends on: the shapes, num_splits, page,
-    the config section (``_backend_key(device)``) and the resolved core count (the section's, else the CUDA
-    device's SM count). Shared: never modify the result."""
+    the invariant policy, the config section (``_backend_key(device)``) and the resolved core count (the
+    section's, else the CUDA device's SM count). Shared: never modify the result."""
     key = _backend_key(device)
-    cores = load_configs()[key]["cores"]
+    cores = load_configs()[key]["fwd"]["cores"]
     if not cores:
         cores = _sm_count("cuda", torch.cuda.current_device() if device.index is None else device.index) \
             if device.type == "cuda" else 1
-    return _cached_plan(B, S_q, N, max_keys, key, cores, num_splits, page)
+    return _cached_plan(B, S_q, N, max_keys, key, cores, num_splits, page, invariant)
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
 def _cached_plan(B: int, S_q: int, N: int, max_keys: int, key: str, cores: int, num_splits: int | None,
-                 page: int | None) -> dict:
+                 page: int | None, invariant: str | None = None) -> dict:
     # the device is not read once key and cores are given
-    return _make_plan(B, S_q, N, max_keys, None, {"key": key, "cores": cores}, num_splits, page)
+    return _make_plan(B, S_q, N, max_keys, None, {"key": key, "cores": cores}, num_splits, page, invariant)
 
 
 def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | None, config: dict | None,
-               num_splits: int | None, page: int | None) -> dict:
+               num_splits: int | None, page: int | None, invariant: str | None = None) -> dict:
     """:func:`launch_plan`'s body (uncached)."""
     config = dict(config or {})
     key = config.pop("key", None) or _backend_key(device)
-    tables = [k for k, v in load_configs().items() if isinstance(v, dict) and "tiles" in v]
-    if key not in tables:
-        raise ValueError(f"config key must be one of {tables}, got {key!r}")
-    sect = dict(load_configs()[key])
+    sect = section(key)
     rows = S_q * N
-    tile = None
-    for t in sect["tiles"]:
-        if t["max_rows"] is None or rows <= t["max_rows"]:
-            tile = dict(t)
-            break
+    tile = tile_for(sect["buckets"], rows)
     for k in list(config):
         if k in tile or k in _TILE_KEYS:
             tile[k] = config.pop(k)
@@ -630,9 +699,6 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
         sect["merge"] = {**sect["merge"], **config.pop("merge")}
     sect.update(config)
     flat = bool(tile.get("flat", sect.get("flat", False)))
-    dv_split = int(tile.get("dv_split", 1))
-    if dv_split not in (1, 2):
-        raise ValueError(f"dv_split must be 1 or 2, got {dv_split}")
     if flat and page is not None and page % tile["BLOCK_N"]:
         bn = tile["BLOCK_N"]
         while bn >= 16 and page % bn:
@@ -646,9 +712,21 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
         cores = _sm_count("cuda", torch.cuda.current_device() if device.index is None else device.index) \
             if device.type == "cuda" else 1
     num_m = max(1, -(-rows // tile["BLOCK_M"]))
-    programs = B * num_m * dv_split
+    programs = B * num_m
     target = cores * tile["programs_per_core"]
-    if num_splits is None:
+    inv_chunk, inv_cap = 0, 1
+    if invariant is not None:
+        inv_chunk, inv_cap = invariant_chunking(invariant, rows)
+        if num_splits is not None:
+            raise ValueError("num_splits cannot be forced in the batch-invariant mode (the chunks follow each "
+                             "request's length)")
+        if INVARIANT_CHUNK_UNIT % tile["BLOCK_N"]:
+            raise ValueError(f"the batch-invariant mode needs BLOCK_N to divide {INVARIANT_CHUNK_UNIT}, got "
+                             f"{tile['BLOCK_N']}")
+        num_splits = min(inv_cap, max(1, -(-max_keys // inv_chunk))) if inv_chunk else 1
+        if num_splits == 1:
+            inv_chunk = 0                   # one chunk: the unsplit kernel computes the same bits
+    elif num_splits is None:
         if programs >= sect["fill"] * target or max_keys <= 0:
             num_splits = 1
         else:
@@ -670,10 +748,10 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
                 round_c=bool(sect["amla_round_c"]), lazy=float(sect["lazy"]),
                 merge_grid=max(merge_grid, 1), merge_total=merge_total,
                 merge_warps=sect["merge"]["num_warps"], merge_cols=int(sect["merge"].get("cols", 0)),
-                merge_vec=_merge_vec(sect["merge"], num_splits, B * rows),
-                flat=flat, dv_split=dv_split,
-                float_guard=bool(sect.get("float_guard", False)), peel=bool(tile.get("peel", sect.get("peel", False))),
-                pdl=bool(sect.get("pdl", False)))
+                merge_vec=invariant is None and _merge_vec(sect["merge"], num_splits, B * rows),
+                flat=flat, float_guard=bool(sect.get("float_guard", False)),
+                peel=bool(tile.get("peel", sect.get("peel", False))),
+                invariant=invariant, inv_chunk=inv_chunk, inv_max_chunks=inv_cap)
 
 
 _VEC_MERGE_TILE = 16384   # largest [pow2(splits), cols] fp32 tile of the vectorised merge (64 splits × 256 columns)
@@ -683,7 +761,8 @@ def _merge_vec(m: dict, num_splits: int, merge_rows: int) -> bool:
     """Whether the split merge loads every split of a column block at once (config "merge": vec_min_splits,
     vec_max_rows, cols): only with splits to merge, at least vec_min_splits of them, at most vec_max_rows query
     rows in all, and a tile within _VEC_MERGE_TILE elements (a forced num_splits of thousands takes the loop). The
-    plan does not know Dc: it sizes the tile with ``cols`` (512 when 0) and the launcher re-checks the real one."""
+    plan does not know Dc: it sizes the tile with ``cols`` (512 when 0) and :func:`launch_plan_for` re-checks the
+    real one."""
     vmin = int(m.get("vec_min_splits", 0))
     cols = int(m.get("cols", 0)) or 512
     return (num_splits > 1 and 0 < vmin <= num_splits and merge_rows <= int(m.get("vec_max_rows", 1 << 62))
@@ -694,6 +773,69 @@ def _flat_slots_fit_int32(kv_cache: torch.Tensor, kr_cache: torch.Tensor, page: 
     """Whether flat addressing may compute a slot's offset within its page (slot · stride(1), slot < page) in
     int32, as the kernel does; a cache laid out with a larger slot stride takes the per-key gathers (int64)."""
     return max(abs(kv_cache.stride(1)), abs(kr_cache.stride(1))) * max(page, 1) < 2**31
+
+
+def _mode_policy(invariant: str | None) -> str | None:
+    """The batch-invariant policy of a launch: ``invariant`` None follows ops.batch_invariant() /
+    DS_OPS_BATCH_INVARIANT (read now, at launch time), "off" is the default split, else a policy name."""
+    if invariant is None:
+        return BATCH_INVARIANT_POLICY if batch_invariant_enabled() else None
+    if invariant == "off":
+        return None
+    invariant_chunking(invariant, 1)     # ValueError for an unknown policy
+    return invariant
+
+
+def launch_plan_for(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_cache: torch.Tensor,
+                    block_table: torch.Tensor, seq_lens: torch.Tensor | None = None, *, config: dict | None = None,
+                    num_splits: int | None = None, invariant: str | None = None) -> dict:
+    """The plan :func:`amla_variant` launches for these tensors (shapes and strides only, no data read; meta
+    tensors work): :func:`launch_plan` for their shapes plus what the tensors decide — ``flat`` off when a slot
+    offset would not fit int32 — and the merge launch: ``merge_vec`` (the vectorised merge for the real Dc),
+    ``merge_dv_block`` (output columns per merge work item) and ``merge_grid``. invariant: as
+    :func:`amla_variant`. Returns a new dict. Raises ValueError as :func:`launch_plan`."""
+    B, S_q, N, D_V = q_nope.shape
+    page = max(kv_cache.shape[1], 1)
+    max_keys = block_table.shape[1] * page
+    policy = _mode_policy(invariant)
+    dev = q_nope.device
+    plan = _make_plan(B, S_q, N, max_keys, dev, config, num_splits, page, policy) if config else \
+        dict(_plan(B, S_q, N, max_keys, dev, num_splits, page, policy))
+    if plan["flat"] and not _flat_slots_fit_int32(kv_cache, kr_cache, page):
+        plan["flat"] = False
+    ns = plan["num_splits"]
+    # merge_cols (CUDA, the vectorised merge only): each work item takes that many output columns of one row
+    cols = plan["merge_cols"] if plan["merge_vec"] else 0
+    dvb = cols if 0 < cols < D_V and D_V % cols == 0 else D_V
+    vec = plan["merge_vec"] and _np2(ns) * dvb <= _VEC_MERGE_TILE   # the plan assumed Dc = 512 when cols = 0
+    if not vec:
+        dvb = D_V                                                    # the loop merge keeps whole rows
+    mtotal = plan["merge_total"] * (D_V // max(dvb, 1))
+    plan.update(merge_vec=vec, merge_dv_block=dvb, merge_total=mtotal,
+                merge_grid=plan["merge_grid"] if plan["persistent"] else mtotal)
+    return plan
+
+
+_ALLOCATORS: list = []
+
+
+@contextlib.contextmanager
+def output_allocator(fn: Callable[[tuple, torch.dtype, torch.device], torch.Tensor]) -> Iterator[None]:
+    """Inside the block the launcher allocates out [B, S_q, N, Dc], lse [B, S_q, N] and the split partials
+    (O [B, splits, S_q·N, Dc] fp32, lse [B, splits, S_q·N] fp32, in that order) with ``fn(shape, dtype, device)``
+    instead of ``torch.empty``: tests poison them (NaN, so a value the kernel forgets to write shows) and read the
+    partials. Not thread-safe; nests (the innermost wins)."""
+    _ALLOCATORS.append(fn)
+    try:
+        yield
+    finally:
+        _ALLOCATORS.pop()
+
+
+def _empty(shape, dtype, device):
+    if _ALLOCATORS:
+        return _ALLOCATORS[-1](tuple(shape), dtype, device)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def supports_reason(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal=True):
@@ -743,10 +885,11 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
                  block_table: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float, causal: bool = True,
                  *, rescale: str = "amla", num_splits: int | None = None, config: dict | None = None,
                  round_c: bool | None = None, lazy: float | None = None,
-                 merge: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                 invariant: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`amla` with the knobs benchmarks and tests need.
 
-    rescale: "amla" (integer add on the fp32 bits, power-of-two reference) or "multiply" (FlashAttention).
+    rescale: "amla" (integer add on the fp32 bits, power-of-two reference) or "multiply" (FlashAttention, the
+    baseline the AMLA error is measured against).
     num_splits: force the KV split count (None = the launcher's choice from shapes).
     config: overrides for the launch config (see :func:`launch_plan`).
     round_c: AMLA only — round the remainder c to the KV dtype as CANN does (True: the compensation term
@@ -756,9 +899,10 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
     running max is ``lazy`` bits above it (P ≤ 2^(lazy+½) stays far from overflow), so O is rescaled a few
     times per row instead of at every block; a negative value re-chooses it at every block (CANN's AMLA,
     FlashAttention-2). None = the config's "lazy".
-    merge: False skips the merge launch of a split run (benchmarks only: times the forward kernel alone; out and
-    lse are then not written).
-    Shapes/dtypes/returns as :func:`amla`. Raises ValueError for an unknown ``rescale``.
+    invariant: None follows the batch-invariant mode (``ops.batch_invariant()`` / ``DS_OPS_BATCH_INVARIANT``,
+    read at this call: with it on, :data:`BATCH_INVARIANT_POLICY`); "off" the default split; or a policy of
+    :data:`BATCH_INVARIANT_POLICIES` (docs/ops/amla.md, "Batch-invariant mode").
+    Shapes/dtypes/returns as :func:`amla`. Raises ValueError for an unknown ``rescale`` or ``invariant``.
     """
     if rescale not in ("amla", "multiply"):
         raise ValueError(f"rescale must be 'amla' or 'multiply', got {rescale!r}")
@@ -770,24 +914,20 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
     rows = S_q * N
     if B == 0 or rows == 0 or D_V == 0:
         return out, lse
-    page = kv_cache.shape[1]
-    max_blocks = block_table.shape[1]
-    max_keys = max_blocks * page if kv_cache.shape[0] > 0 else 0
+    page = max(kv_cache.shape[1], 1)
+    max_keys = block_table.shape[1] * page
+    num_pages = kv_cache.shape[0]     # page ids outside [0, num_pages) are caller errors (NaN rows), never read
     q_nope, q_rope = _last_contig(q_nope), _last_contig(q_rope)
     kv_cache, kr_cache = _last_contig(kv_cache), _last_contig(kr_cache)
-    if kv_cache.numel() == 0:   # never read (max_keys = 0); a real allocation keeps pointer checks happy
-        kv_cache = torch.zeros((1, max(page, 1), 1, D_V), dtype=q_nope.dtype, device=dev)
-        kr_cache = torch.zeros((1, max(page, 1), 1, D_R), dtype=q_nope.dtype, device=dev)
+    if kv_cache.numel() == 0:   # never read (no page id is valid); a real allocation keeps pointer checks happy
+        kv_cache = torch.zeros((1, page, 1, D_V), dtype=q_nope.dtype, device=dev)
+        kr_cache = torch.zeros((1, page, 1, D_R), dtype=q_nope.dtype, device=dev)
     if block_table.numel() == 0:
         block_table = torch.zeros((B, 1), dtype=torch.int32, device=dev)
     # a block-table row is read as row_ptr + j and seq_lens as ptr + b (a row slice of a wider table is fine)
     block_table, seq_lens = _unit_inner(block_table), _unit_inner(seq_lens)
-    if page <= 0:
-        page = 1
-    plan = _make_plan(B, S_q, N, max_keys, dev, config, num_splits, page) if config else \
-        _plan(B, S_q, N, max_keys, dev, num_splits, page)
-    if plan["flat"] and not _flat_slots_fit_int32(kv_cache, kr_cache, page):
-        plan = dict(plan, flat=False)
+    plan = launch_plan_for(q_nope, q_rope, kv_cache, kr_cache, block_table, config=config, num_splits=num_splits,
+                           invariant=invariant)
     ns = plan["num_splits"]
     qn_st = [q_nope.stride(0), q_nope.stride(1), q_nope.stride(2)]
     qr_st = [q_rope.stride(0), q_rope.stride(1), q_rope.stride(2)]
@@ -805,36 +945,33 @@ def amla_variant(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Ten
         lsepart = _empty((B, ns, rows), torch.float32, dev)
     else:
         opart, lsepart = out, lse     # unused
-    LAST_LAUNCH.clear()
-    LAST_LAUNCH["plan"] = dict(plan)   # a copy: the memoised plan is shared
-    pdl = pdl_kwargs(dev, plan.get("pdl", False))
-    LAST_LAUNCH["fwd"] = _amla_fwd_kernel[(plan["grid"],)](
+    _amla_fwd_kernel[(plan["grid"],)](
         q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, out, lse, opart, lsepart,
         *qn_st, *qr_st,
         kv_cache.stride(0), kv_cache.stride(1), kr_cache.stride(0), kr_cache.stride(1), block_table.stride(0),
         out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2),
-        float(softmax_scale), N, S_q, rows, max_keys, kv_cache.shape[0], plan["num_m"], ns, plan["total"],
+        float(softmax_scale), N, S_q, rows, max_keys, num_pages, plan["num_m"], ns, plan["total"],
         D_V=D_V, D_R=D_R, PAGE=page, BLOCK_M=plan["BLOCK_M"], BLOCK_N=plan["BLOCK_N"], CAUSAL=bool(causal),
         RESCALE=1 if rescale == "amla" else 0, ROUND_C=bool(plan["round_c"] if round_c is None else round_c),
         LAZY=float(plan["lazy"] if lazy is None else lazy), SKIP=plan["skip"], SPLIT=split,
-        Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"], DV_SPLIT=plan["dv_split"],
-        FGUARD=plan["float_guard"], PEEL=plan["peel"],
-        num_warps=plan["num_warps"], num_stages=plan["num_stages"], **pdl)
-    if split and merge:
-        # merge_cols (CUDA, the vectorised merge only): each work item takes that many output columns of one row
-        cols = plan["merge_cols"] if plan["merge_vec"] else 0
-        dvb = cols if 0 < cols < D_V and D_V % cols == 0 else D_V
-        vec = plan["merge_vec"] and _np2(ns) * dvb <= _VEC_MERGE_TILE   # the plan assumed Dc = 512 when cols = 0
-        if not vec:
-            dvb = D_V                                                    # the loop merge keeps whole rows
-        mtotal = plan["merge_total"] * (D_V // dvb)
-        mgrid = plan["merge_grid"] if plan["persistent"] else mtotal
-        LAST_LAUNCH["merge"] = _amla_merge_kernel[(mgrid,)](
+        Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"],
+        FGUARD=plan["float_guard"], PEEL=plan["peel"], **_invariant_constexprs(plan),
+        num_warps=plan["num_warps"], num_stages=plan["num_stages"])
+    if split:
+        _amla_merge_kernel[(plan["merge_grid"],)](
             opart, lsepart, out, lse, out.stride(0), out.stride(1), out.stride(2),
-            lse.stride(0), lse.stride(1), lse.stride(2), N, rows, ns, mtotal,
-            D_V=D_V, SPLITS_P2=_np2(ns), PERSISTENT=plan["persistent"], DV_BLOCK=dvb, VEC=vec,
-            num_warps=plan["merge_warps"], **pdl)
+            lse.stride(0), lse.stride(1), lse.stride(2), N, rows, ns, plan["merge_total"],
+            D_V=D_V, SPLITS_P2=_np2(ns), PERSISTENT=plan["persistent"], DV_BLOCK=plan["merge_dv_block"],
+            VEC=plan["merge_vec"], **({"ORDERED": True} if plan["invariant"] else {}),
+            num_warps=plan["merge_warps"])
     return out, lse
+
+
+def _invariant_constexprs(plan: dict) -> dict:
+    """The forward kernel's batch-invariant constexprs for a plan ({} in the default split: the kernel's defaults)."""
+    if not plan["inv_chunk"]:
+        return {}
+    return dict(INV_CHUNK=plan["inv_chunk"], INV_MAX_CHUNKS=plan["inv_max_chunks"], INV_UNIT=INVARIANT_CHUNK_UNIT)
 
 
 def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_cache: torch.Tensor,
@@ -847,9 +984,10 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
         ≥ 16, :func:`supports_reason`; DeepSeek-V3: Dc = kv_lora_rank = 512, Dr = 64);
         kv_cache [num_blocks, block_size, 1, Dc], kr_cache [num_blocks, block_size, 1, Dr] same dtype;
         block_table [B, max_blocks] int32 (only the first ceil(L/block_size) entries of a row are read);
-        seq_lens [B] int32 (keys per request incl. the S_q new ones; 0 allowed; values above
-        max_blocks·block_size are clamped to it); softmax_scale: float; causal: token j sees keys
-        [0, L − S_q + j].
+        seq_lens [B] int32 (keys per request incl. the S_q new ones; 0 allowed); softmax_scale: float;
+        causal: token j sees keys [0, L − S_q + j]. Unchecked caller errors (a seq_len outside
+        [0, max_blocks·block_size], a used page id outside [0, num_blocks)) give NaN rows, as the reference, and
+        nothing outside the inputs is read (docs/ops/amla.md).
     Returns: out [B, S_q, N, Dc] in q's dtype, lse [B, S_q, N] fp32 natural log; a row with no key:
         out 0, lse −inf.
     Raises: nothing itself (ops.amla validates); unsupported inputs are reported by :func:`supports_reason`.
@@ -861,40 +999,47 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
 
 
 # ==============================================================================================
-# Ascend compile cases (one per jit kernel × Ascend launch config the launcher can pick)
+# compile cases (one per jit kernel × launch config the launcher can pick)
 # ==============================================================================================
 ASCEND_PAGES = (128, 32, 16)   # block sizes the compile check covers (CANN's 128; smaller ones shrink BLOCK_N)
 
 
-def ascend_compile_cases() -> list[dict]:
-    """Cases for the triton-ascend 3.2 compile check, built with :func:`launch_plan` itself so they are the
-    launches an NPU makes: the forward kernel for each Ascend tile × block size in ``ASCEND_PAGES`` (the plan
-    may shrink BLOCK_N to the page) × split / unsplit × AMLA (fp16, bf16) / multiply (fp16) rescale, and the
-    merge kernel. Integer arguments that are 1 at every launch (the lse row stride, which Triton then
-    specialises to a constant) are declared constexpr 1."""
-    sect = load_configs()["ascend"]
-    npu = torch.device("npu") if hasattr(torch, "npu") else torch.device("meta")
+def compile_cases(key: str = "ascend", *, pages: tuple[int, ...] = ASCEND_PAGES,
+                  dtypes: tuple[str, ...] = ("fp16", "bf16"), rescales: tuple[int, ...] = (1, 0)) -> list[dict]:
+    """Offline compile cases of one launch table (``key``: "ascend", "cuda", "interpreter"), built with
+    :func:`launch_plan` itself so they are the launches a device makes: the forward kernel for each tile of the table ×
+    block size in ``pages`` (the plan may shrink BLOCK_N to the page or fall back to gathers) × unsplit / split /
+    batch-invariant split × ``dtypes`` × AMLA (1) / multiply (0) rescale (multiply in fp16 only, not in the mode),
+    and the merge kernel (the table's merge and the batch-invariant ordered loop). Each case: dict(name, fn,
+    signature, constexprs) for ``triton.compiler.ASTSource``. Integer arguments that are 1 at every launch (the lse row
+    stride, which Triton then specialises to a constant) are declared constexpr 1. Raises ValueError for an unknown
+    ``key``."""
+    sect = section(key)
+    dev = torch.device("meta")
     cases, seen = [], set()
     ints = ["sqn_b", "sqn_s", "sqn_h", "sqr_b", "sqr_s", "sqr_h", "skv_p", "skv_s", "skr_p", "skr_s", "sbt_b",
             "so_b", "so_s", "so_h", "sl_b", "sl_s", "N", "S_Q", "ROWS", "MAX_KEYS", "NUM_PAGES", "NUM_M",
             "NUM_SPLITS", "TOTAL_WORK"]
-    for tile in sect["tiles"]:
-        rows = tile["max_rows"] or 256
-        for page in ASCEND_PAGES:
-            plan = launch_plan(1, 1, rows, 4096, npu, {"key": "ascend"}, 1, page=page)
-            for dt in ("fp16", "bf16"):
-                for split in (False, True):
-                    for rescale in (1, 0):
-                        if dt == "bf16" and rescale == 0:
+    for bucket in sect["buckets"]:
+        rows = bucket_rows(bucket)[1] or 256
+        for page in pages:
+            plan = launch_plan(1, 1, rows, 4096, dev, {"key": key, "cores": sect["cores"] or 132}, 1, page=page)
+            for dt in dtypes:
+                for split, inv in ((False, False), (True, False), (True, True)):
+                    for rescale in rescales:
+                        if (dt == "bf16" or inv) and rescale == 0:
                             continue
+                        chunk, cap = invariant_chunking(BATCH_INVARIANT_POLICY, rows) if inv else (0, 1)
                         const = dict(sl_h=1, D_V=512, D_R=64, PAGE=page, BLOCK_M=plan["BLOCK_M"],
                                      BLOCK_N=plan["BLOCK_N"], CAUSAL=True, RESCALE=rescale,
                                      ROUND_C=plan["round_c"], LAZY=plan["lazy"], SKIP=plan["skip"], SPLIT=split,
                                      Q_IN_LOOP=plan["q_in_loop"], PERSISTENT=plan["persistent"], FLAT=plan["flat"],
-                                     DV_SPLIT=plan["dv_split"], FGUARD=plan["float_guard"], PEEL=plan["peel"],
-                                     PDL=False)
-                        name = (f"amla_fwd_{dt}_bm{plan['BLOCK_M']}_bn{plan['BLOCK_N']}_page{page}"
-                                f"_{'split' if split else 'nosplit'}_{'amla' if rescale else 'mul'}")
+                                     FGUARD=plan["float_guard"], PEEL=plan["peel"], INV_CHUNK=chunk,
+                                     INV_MAX_CHUNKS=cap, INV_UNIT=INVARIANT_CHUNK_UNIT if inv else 1)
+                        stages = "" if key == "ascend" else f"_w{plan['num_warps']}s{plan['num_stages']}"
+                        name = (f"amla_fwd_{dt}_bm{plan['BLOCK_M']}_bn{plan['BLOCK_N']}{stages}_page{page}"
+                                f"_{'split' if split else 'nosplit'}_{'amla' if rescale else 'mul'}"
+                                f"{'_invariant' if inv else ''}")
                         if name in seen:
                             continue
                         seen.add(name)
@@ -903,13 +1048,25 @@ def ascend_compile_cases() -> list[dict]:
                                "lse_ptr": "*fp32", "opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "scale": "fp32"}
                         sig.update({k: "i32" for k in ints})
                         sig.update({k: "constexpr" for k in const})
-                        cases.append(dict(name=name, fn=_amla_fwd_kernel, signature=sig, constexprs=const))
-    for dt in ("fp16", "bf16"):
-        sig = {"opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "out_ptr": f"*{dt}", "lse_ptr": "*fp32"}
-        sig.update({k: "i32" for k in ["so_b", "so_s", "so_h", "sl_b", "sl_s", "N", "ROWS", "NUM_SPLITS",
-                                       "TOTAL_WORK"]})
-        const = dict(sl_h=1, D_V=512, SPLITS_P2=_np2(sect["max_splits"]), PERSISTENT=True, DV_BLOCK=512,
-                     VEC=int(sect["merge"].get("vec_min_splits", 0)) > 0, PDL=False)
-        sig.update({k: "constexpr" for k in const})
-        cases.append(dict(name=f"amla_merge_{dt}", fn=_amla_merge_kernel, signature=sig, constexprs=const))
+                        cases.append(dict(name=name, fn=_amla_fwd_kernel, signature=sig, constexprs=const,
+                                          num_warps=plan["num_warps"], num_stages=plan["num_stages"]))
+    vec = int(sect["merge"].get("vec_min_splits", 0)) > 0
+    cols = int(sect["merge"].get("cols", 0))
+    for dt in dtypes:
+        for inv in (False, True):
+            sig = {"opart_ptr": "*fp32", "lsepart_ptr": "*fp32", "out_ptr": f"*{dt}", "lse_ptr": "*fp32"}
+            sig.update({k: "i32" for k in ["so_b", "so_s", "so_h", "sl_b", "sl_s", "N", "ROWS", "NUM_SPLITS",
+                                           "TOTAL_WORK"]})
+            splits = INVARIANT_MAX_CHUNKS if inv else sect["max_splits"]
+            v = vec and not inv
+            const = dict(sl_h=1, D_V=512, SPLITS_P2=_np2(splits), PERSISTENT=bool(sect["persistent"]),
+                         DV_BLOCK=cols if v and 0 < cols < 512 else 512, VEC=v, ORDERED=inv)
+            sig.update({k: "constexpr" for k in const})
+            cases.append(dict(name=f"amla_merge_{dt}{'_invariant' if inv else ''}", fn=_amla_merge_kernel,
+                              signature=sig, constexprs=const, num_warps=sect["merge"]["num_warps"], num_stages=1))
     return cases
+
+
+def ascend_compile_cases() -> list[dict]:
+    """:func:`compile_cases` of the "ascend" table, for the triton-ascend 3.2 compile check (docs/ascend.md)."""
+    return compile_cases("ascend")
