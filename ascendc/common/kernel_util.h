@@ -26,11 +26,15 @@ __aicore__ inline float BitsToFloat(uint32_t b) {
 __aicore__ inline bool IsNan(float v) { return v != v; }
 __aicore__ inline bool IsFinite(float v) { return v == v && v - v == 0.0f; }
 
+// Vector instructions run in order but a dependent one must wait for its producer (PipeBarrier page).
+__aicore__ inline void VBarrier() { AscendC::PipeBarrier<PIPE_V>(); }
+
 // One-shot pipe-to-pipe synchronisation (the producer's writes become visible to the consumer).
+// Event id 0 of each HardEvent is used only here, each SetFlag immediately matched by its WaitFlag.
 template <AscendC::HardEvent E>
 __aicore__ inline void Sync() {
-  AscendC::SetFlag<E>(EVENT_ID0);
-  AscendC::WaitFlag<E>(EVENT_ID0);
+  AscendC::SetFlag<E>(0);
+  AscendC::WaitFlag<E>(0);
 }
 
 // GM -> UB of n elements: DataCopy when the length is whole 32 B blocks and GM rows are aligned, else DataCopyPad

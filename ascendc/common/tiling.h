@@ -40,7 +40,7 @@ struct QuantTiling {
   uint32_t outBytes;      // int8 chunk, per queue buffer
   uint32_t rowBytes;      // resident fp32 row
   uint32_t vecBytes;      // smooth (and gamma) fp32 vectors, each, loaded once per core
-  uint32_t workBytes;     // each of the fp32 chunk scratch buffers (work, bcast, int32)
+  uint32_t workBytes;     // each fp32 chunk scratch: tmp (also the int32 step), bcast; streaming: work (+ rms)
   uint32_t halfBytes;     // fp16 chunk of the int8 cast chain
   uint32_t reduceBytes;   // ReduceMax / ReduceSum work space + result
   uint32_t scaleBytes;    // per-token scale staging
@@ -81,6 +81,19 @@ struct GatingTiling {
 
 inline uint32_t AlignUp(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 inline uint32_t CeilDiv(uint32_t v, uint32_t a) { return (v + a - 1) / a; }
+// fp32 workLocal elements of ReduceMax / ReduceSum over `count` elements (the ReduceMax page's minimum work space:
+// the first round's (value, index) pairs in whole 32 B blocks, plus every later round's with calIndex).
+inline uint32_t ReduceWorkElems(uint32_t count, bool calIndex) {
+  uint32_t rep = CeilDiv(count, 64), out = rep * 2, need = AlignUp(out, 8);
+  if (calIndex) {
+    while (out > 2) {
+      rep = CeilDiv(out, 64);
+      out = rep * 2;
+      need += AlignUp(out, 8);
+    }
+  }
+  return need < 8 ? 8 : need;
+}
 inline uint32_t DTypeBytes(uint32_t dt) { return dt == kFloat32 ? 4u : 2u; }
 
 }  // namespace ds

@@ -6,7 +6,7 @@
 //   absmax of y|n → scale = absmax / 127 (one fp32 division; NaN row → NaN, zero row → 0)
 //   pass Q  q = int8(y / scale) through fp32 →(RINT) int32 →(exact) fp16 →(exact) int8: round half to even
 // With `resident` the fp32 row stays in UB, so x is read once; otherwise each pass re-reads its chunk from GM.
-// GM loads run one chunk ahead of the vector work (queues of depth 2), stores drain through a VECOUT queue.
+// GM loads run one chunk ahead of the vector work (input queues of depth 2); stores drain through VECOUT queues.
 // Mirrors torch_npu.npu_dynamic_quant / npu_add_rms_norm_dynamic_quant as reference/quant.py defines them.
 #pragma once
 
@@ -41,11 +41,14 @@ class QuantKernel {
         pipe_.InitBuffer(resQ_, t.bufferNum, t.inBytes);
       }
     }
-    if (t.resident) pipe_.InitBuffer(rowBuf_, t.rowBytes);
-    pipe_.InitBuffer(workBuf_, t.workBytes);
+    if (t.resident) {
+      pipe_.InitBuffer(rowBuf_, t.rowBytes);
+    } else {
+      pipe_.InitBuffer(workBuf_, t.workBytes);
+      if (RMS) pipe_.InitBuffer(rmsBuf_, t.workBytes);
+    }
     pipe_.InitBuffer(tmpBuf_, t.workBytes);
     pipe_.InitBuffer(bcastBuf_, t.workBytes);
-    if (RMS && !t.resident) pipe_.InitBuffer(rmsBuf_, t.workBytes);
     pipe_.InitBuffer(halfBuf_, t.halfBytes);
     pipe_.InitBuffer(reduceBuf_, t.reduceBytes);
     pipe_.InitBuffer(scaleBuf_, t.scaleBytes);
@@ -53,16 +56,19 @@ class QuantKernel {
 
   __aicore__ inline void Process() {
     LoadVectors();
-    work_ = workBuf_.Get<float>();
     tmp_ = tmpBuf_.Get<float>();
     bcast_ = bcastBuf_.Get<float>();
-    rmsB_ = RMS && !t_.resident ? rmsBuf_.Get<float>() : bcast_;
+    if (t_.resident) {
+      row_ = rowBuf_.Get<float>();
+      rmsB_ = bcast_;
+    } else {
+      work_ = workBuf_.Get<float>();
+      rmsB_ = RMS ? rmsBuf_.Get<float>() : bcast_;
+    }
     half_ = halfBuf_.Get<half>();
-    AscendC::LocalTensor<float> red = reduceBuf_.Get<float>();
-    res_v_ = red;
-    rwork_ = red[8];
+    red_ = reduceBuf_.Get<float>();
+    rwork_ = red_[16];
     scales_ = scaleBuf_.Get<float>();
-    if (t_.resident) row_ = rowBuf_.Get<float>();
     const uint32_t passes = t_.resident ? 1 : (RMS ? 3 : 2);
     perRow_ = passes * t_.numChunks;
     const uint32_t jobs = count_ * perRow_;
@@ -81,6 +87,7 @@ class QuantKernel {
   __aicore__ inline uint64_t Off(uint32_t r, uint32_t c) const {
     return static_cast<uint64_t>(r) * t_.cols + static_cast<uint64_t>(c) * t_.chunk;
   }
+  __aicore__ inline AscendC::LocalTensor<float> Row(uint32_t c) const { return row_[c * t_.chunk]; }
 
   __aicore__ inline void LoadVectors() {
     if (!t_.hasSmooth && !RMS) return;
@@ -106,29 +113,42 @@ class QuantKernel {
     }
   }
 
-  // fp32 input of the row's first stage (y for dynamic_quant, s for rms) into dst, from the queued chunk.
-  __aicore__ inline void Front(const AscendC::LocalTensor<float>& dst, uint32_t c, uint32_t n) {
+  // The row's first stage into v: y = x·smooth (dynamic_quant) or s = x + residual (rms), from the queued chunk.
+  __aicore__ inline void Front(const AscendC::LocalTensor<float>& v, uint32_t c, uint32_t n) {
     AscendC::LocalTensor<T> xin = inQ_.template DeQue<T>();
-    ToFloat(dst, xin, n);
-    inQ_.FreeTensor(xin);
+    ToFloat(v, xin, n);
     if constexpr (RMS) {
       if (t_.hasResidual) {
         AscendC::LocalTensor<T> rin = resQ_.template DeQue<T>();
         ToFloat(tmp_, rin, n);
+        VBarrier();
         resQ_.FreeTensor(rin);
-        AscendC::Add(dst, dst, tmp_, n);
+        AscendC::Add(v, v, tmp_, n);
+        VBarrier();
+      } else {
+        VBarrier();
       }
     } else {
-      if (t_.hasSmooth) AscendC::Mul(dst, dst, smoothBuf_.Get<float>()[c * t_.chunk], n);
+      VBarrier();
+      if (t_.hasSmooth) {
+        AscendC::Mul(v, v, smoothBuf_.Get<float>()[c * t_.chunk], n);
+        VBarrier();
+      }
     }
+    inQ_.FreeTensor(xin);
   }
 
-  // rms: n = s / rms · gamma · smooth in place (rmsB_ holds rms broadcast).
+  // rms: n = s / rms · gamma · smooth in place.
   __aicore__ inline void Norm(const AscendC::LocalTensor<float>& v, uint32_t c, uint32_t n) {
     const uint32_t o = c * t_.chunk;
     AscendC::Div(v, v, rmsB_, n);
+    VBarrier();
     AscendC::Mul(v, v, gammaBuf_.Get<float>()[o], n);
-    if (t_.hasSmooth) AscendC::Mul(v, v, smoothBuf_.Get<float>()[o], n);
+    VBarrier();
+    if (t_.hasSmooth) {
+      AscendC::Mul(v, v, smoothBuf_.Get<float>()[o], n);
+      VBarrier();
+    }
   }
 
   __aicore__ inline void Compute(uint32_t j) {
@@ -138,34 +158,34 @@ class QuantKernel {
       amax_ = 0.0f;
       sumsq_ = 0.0f;
     }
-    const AscendC::LocalTensor<float> v = t_.resident ? row_[c * t_.chunk] : work_;
+    const AscendC::LocalTensor<float> v = t_.resident ? Row(c) : work_;
+    Front(v, c, n);
     if constexpr (!RMS) {
-      Front(v, c, n);
       if (p == 0) {
         Absmax(v, n);
         if (last) FinishAbsmax(r);
         if (last && t_.resident) {
-          for (uint32_t q = 0; q < t_.numChunks; ++q) Quantise(row_[q * t_.chunk], r, q, Len(q));
+          for (uint32_t q = 0; q < t_.numChunks; ++q) Quantise(Row(q), r, q, Len(q));
         }
       } else {
         Quantise(v, r, c, n);
       }
     } else {
-      Front(v, c, n);
       if (p == 0) {
         ResidualOut(v, r, c, n);
         AscendC::Mul(tmp_, v, v, n);
-        AscendC::ReduceSum(res_v_, tmp_, rwork_, n);
+        VBarrier();
+        AscendC::ReduceSum(red_, tmp_, rwork_, n);
         Sync<AscendC::HardEvent::V_S>();
-        sumsq_ += res_v_.GetValue(0);
+        sumsq_ += red_.GetValue(0);
         if (last) FinishSumsq();
         if (last && t_.resident) {
           for (uint32_t q = 0; q < t_.numChunks; ++q) {
-            Norm(row_[q * t_.chunk], q, Len(q));
-            Absmax(row_[q * t_.chunk], Len(q));
+            Norm(Row(q), q, Len(q));
+            Absmax(Row(q), Len(q));
           }
           FinishAbsmax(r);
-          for (uint32_t q = 0; q < t_.numChunks; ++q) Quantise(row_[q * t_.chunk], r, q, Len(q));
+          for (uint32_t q = 0; q < t_.numChunks; ++q) Quantise(Row(q), r, q, Len(q));
         }
       } else if (p == 1) {
         Norm(v, c, n);
@@ -190,25 +210,22 @@ class QuantKernel {
   // rms = sqrt(Σs²/H + eps) (vector Sqrt, IEEE), broadcast for the divisions of pass B.
   __aicore__ inline void FinishSumsq() {
     const float v = sumsq_ / static_cast<float>(t_.cols) + BitsToFloat(t_.epsilonBits);
-    AscendC::Duplicate(res_v_, v, 8);
-    AscendC::Sqrt(res_v_, res_v_, 8);
+    AscendC::Duplicate(red_, v, 8);
+    VBarrier();
+    AscendC::Sqrt(red_, red_, 8);
     Sync<AscendC::HardEvent::V_S>();
-    AscendC::Duplicate(rmsB_, res_v_.GetValue(0), t_.chunk);
+    AscendC::Duplicate(rmsB_, red_.GetValue(0), t_.chunk);
+    VBarrier();
   }
 
-  // absmax over the chunk; a non-finite Σ|v| sends the chunk through a scalar scan for NaN.
+  // absmax over the chunk (ReduceMax returns NaN when the chunk holds one: the row's scale becomes NaN).
   __aicore__ inline void Absmax(const AscendC::LocalTensor<float>& v, uint32_t n) {
     AscendC::Abs(tmp_, v, n);
-    AscendC::ReduceMax(res_v_, tmp_, rwork_, n, false);
-    AscendC::ReduceSum(res_v_[1], tmp_, rwork_, n);
+    VBarrier();
+    AscendC::ReduceMax(red_, tmp_, rwork_, n, false);
     Sync<AscendC::HardEvent::V_S>();
-    const float m = res_v_.GetValue(0), s = res_v_.GetValue(1);
-    if (!IsFinite(s)) {
-      for (uint32_t i = 0; i < n && !IsNan(amax_); ++i) {
-        if (IsNan(tmp_.GetValue(i))) amax_ = tmp_.GetValue(i);
-      }
-    }
-    if (!IsNan(amax_) && m > amax_) amax_ = m;
+    const float m = red_.GetValue(0);
+    if (IsNan(m) || m > amax_) amax_ = IsNan(amax_) ? amax_ : m;
   }
 
   // scale = absmax / 127; choose how pass Q treats the row and broadcast the divisor.
@@ -223,29 +240,36 @@ class QuantKernel {
     const uint32_t i = r % t_.scaleBatch;
     if (i == 0 && r > 0) Sync<AscendC::HardEvent::MTE3_S>();
     scales_.SetValue(i, scale);
-    if (i + 1 == t_.scaleBatch || r + 1 == count_) FlushScales(r - i, i + 1);
-    if (mode_ != kZero) AscendC::Duplicate(bcast_, scale, t_.chunk);
+    if (i + 1 == t_.scaleBatch || r + 1 == count_) {
+      Sync<AscendC::HardEvent::S_MTE3>();
+      CopyOut(scale_[r - i], scales_, i + 1, false);
+    }
+    if (mode_ != kZero) {
+      AscendC::Duplicate(bcast_, scale, t_.chunk);
+      VBarrier();
+    }
   }
 
-  __aicore__ inline void FlushScales(uint32_t first, uint32_t k) {
-    Sync<AscendC::HardEvent::S_MTE3>();
-    CopyOut(scale_[first], scales_, k, false);
-  }
-
+  // q = int8(v / scale); v is consumed (divided in place).
   __aicore__ inline void Quantise(const AscendC::LocalTensor<float>& v, uint32_t r, uint32_t c, uint32_t n) {
     AscendC::LocalTensor<int8_t> q = outQ_.template AllocTensor<int8_t>();
     if (mode_ == kZero) {
-      AscendC::Duplicate(tmp_, 0.0f, n);
+      AscendC::Duplicate(v, 0.0f, n);
     } else {
-      AscendC::Div(tmp_, v, bcast_, n);
+      AscendC::Div(v, v, bcast_, n);
       if (mode_ == kClamp) {
-        AscendC::Maxs(tmp_, tmp_, -127.0f, n);
-        AscendC::Mins(tmp_, tmp_, 127.0f, n);
+        VBarrier();
+        AscendC::Maxs(v, v, -127.0f, n);
+        VBarrier();
+        AscendC::Mins(v, v, 127.0f, n);
       }
     }
-    AscendC::LocalTensor<int32_t> i32 = work_.ReinterpretCast<int32_t>();   // v is row_ or already consumed
-    AscendC::Cast(i32, tmp_, AscendC::RoundMode::CAST_RINT, n);
+    VBarrier();
+    AscendC::LocalTensor<int32_t> i32 = tmp_.ReinterpretCast<int32_t>();
+    AscendC::Cast(i32, v, AscendC::RoundMode::CAST_RINT, n);
+    VBarrier();
     AscendC::Cast(half_, i32, AscendC::RoundMode::CAST_ROUND, n);
+    VBarrier();
     AscendC::Cast(q, half_, AscendC::RoundMode::CAST_TRUNC, n);
     outQ_.EnQue(q);
     q = outQ_.template DeQue<int8_t>();
@@ -256,13 +280,12 @@ class QuantKernel {
   AscendC::TPipe pipe_;
   AscendC::TQue<AscendC::TPosition::VECIN, 2> inQ_, resQ_;
   AscendC::TQue<AscendC::TPosition::VECOUT, 1> outQ_, resOutQ_;
-  AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_, smoothBuf_, gammaBuf_, workBuf_, tmpBuf_, bcastBuf_, rmsBuf_,
-      halfBuf_,
-      reduceBuf_, scaleBuf_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_, smoothBuf_, gammaBuf_, workBuf_, rmsBuf_, tmpBuf_, bcastBuf_,
+      halfBuf_, reduceBuf_, scaleBuf_;
   AscendC::GlobalTensor<T> x_, res_, resOut_;
   AscendC::GlobalTensor<float> smoothGm_, gammaGm_, scale_;
   AscendC::GlobalTensor<int8_t> y_;
-  AscendC::LocalTensor<float> row_, work_, tmp_, bcast_, rmsB_, res_v_, rwork_, scales_;
+  AscendC::LocalTensor<float> row_, work_, tmp_, bcast_, rmsB_, red_, rwork_, scales_;
   AscendC::LocalTensor<half> half_;
   QuantTiling t_;
   uint32_t start_ = 0, count_ = 0, perRow_ = 1, mode_ = 0;

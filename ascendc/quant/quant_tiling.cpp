@@ -9,11 +9,10 @@ namespace {
 constexpr uint32_t kMaxChunk = 8192;       // elements; longer chunks gain nothing once MTE and V overlap
 constexpr uint32_t kMinResidentChunk = 512;
 constexpr uint32_t kScaleBatch = 512;      // per-token scales staged before one copy out
-constexpr uint32_t kResultBytes = 32;      // the reduction result block
+constexpr uint32_t kResultBytes = 64;      // two reduction results, 32 B apart
 
 uint32_t ReduceWorkBytes(uint32_t chunk) {
-  // ReduceMax/ReduceSum count form: one (value, index) pair per fp32 repeat of the first round, 32 B aligned
-  return AlignUp(2 * CeilDiv(chunk, 64) * 4, kBlockBytes) + kBlockBytes;
+  return ReduceWorkElems(chunk, false) * 4;
 }
 
 // Fill the byte sizes for this chunk and residency; returns the UB total.
@@ -30,7 +29,7 @@ uint32_t Layout(const QuantArgs& a, uint32_t chunk, bool resident, QuantTiling* 
   const uint32_t inQueues = a.rms ? (2 + (a.hasResidual ? 1 : 0)) : 1;   // x [, residual], residual_out
   const uint32_t vecs = (a.hasSmooth ? 1 : 0) + (a.rms ? 1 : 0);         // smooth, gamma
   return t->bufferNum * (inQueues * t->inBytes + t->outBytes) + t->rowBytes + vecs * t->vecBytes +
-         (3 + (a.rms && !resident ? 1 : 0)) * t->workBytes + t->halfBytes + t->reduceBytes + t->scaleBytes;
+         (2 + (resident ? 0 : 1) + (a.rms && !resident ? 1 : 0)) * t->workBytes + t->halfBytes + t->reduceBytes + t->scaleBytes;
 }
 
 // Largest chunk (whole row, or a multiple of 64 elements) that fits; 0 if none of at least minChunk does.
