@@ -218,12 +218,6 @@ def moe_gating_top_k(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = Non
                        eps, CORES_910B)[0]
 
 
-def supports_reason(*args, **kwargs) -> str | None:
-    """``Kernel.supports`` of the Ascend C kernels: they take every input the ops' checks accept except shapes the
-    host tiling cannot fit, which raise ValueError naming the argument when run. Always None."""
-    return None
-
-
 # ----------------------------------------------------------------------------------------------
 # modeled 910B time (the perf report)
 # ----------------------------------------------------------------------------------------------

@@ -75,7 +75,7 @@ std::string QuantTilingCompute(const QuantArgs& a, QuantTiling* t) {
   if (!chunk) {
     return "H (x.shape[-1]) = " + std::to_string(a.cols) + " does not fit the " + std::to_string(a.ubBytes) +
            " B unified buffer: the fp32 smooth" + (a.rms ? std::string("/gamma vectors") : std::string(" vector")) +
-           " alone need " + std::to_string(((a.hasSmooth ? 1 : 0) + (a.rms ? 1 : 0)) * AlignUp(a.cols * 4, 32)) + " B";
+           " alone take " + std::to_string(((a.hasSmooth ? 1 : 0) + (a.rms ? 1 : 0)) * AlignUp(a.cols * 4, 32)) + " B";
   }
   t->chunk = chunk;
   t->numChunks = CeilDiv(a.cols, chunk);
