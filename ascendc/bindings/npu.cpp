@@ -19,6 +19,14 @@ extern "C" __global__ __aicore__ void ds_rms_norm_dynamic_quant(GM_ADDR x, GM_AD
 extern "C" __global__ __aicore__ void ds_moe_gating_top_k(GM_ADDR x, GM_ADDR bias, GM_ADDR y, GM_ADDR expert_idx,
                                                           GM_ADDR norm_out, GM_ADDR tiling);
 
+// kernel<<<blockDim, l2ctrl, stream>>>(args...): the Ascend C kernel-launch syntax. The syntax check of this file
+// without CANN (check_npu_syntax.sh, DS_NPU_SYNTAX_CHECK) calls the kernel as a plain function instead.
+#ifdef DS_NPU_SYNTAX_CHECK
+#define DS_LAUNCH(kernel, blocks, stream, ...) ((void)(blocks), (void)(stream), kernel(__VA_ARGS__))
+#else
+#define DS_LAUNCH(kernel, blocks, stream, ...) kernel<<<blocks, nullptr, stream>>>(__VA_ARGS__)
+#endif
+
 namespace {
 
 uint32_t DType(const at::Tensor& t) {
@@ -60,8 +68,8 @@ std::tuple<at::Tensor, at::Tensor> DynamicQuant(const at::Tensor& x_, const c10:
   auto scale = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
   if (t.usedCores) {
     auto tt = TilingTensor(t, x);
-    ds_dynamic_quant<<<t.usedCores, nullptr, c10_npu::getCurrentNPUStream().stream()>>>(
-        Ptr(x), Ptr(smooth), Ptr(q), Ptr(scale), Ptr(tt));
+    DS_LAUNCH(ds_dynamic_quant, t.usedCores, c10_npu::getCurrentNPUStream().stream(), Ptr(x), Ptr(smooth), Ptr(q),
+              Ptr(scale), Ptr(tt));
   }
   auto lead = x_.sizes().vec();
   lead.pop_back();
@@ -88,8 +96,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> RmsNormDynamicQuant(const at::Ten
   auto ro = at::empty(x.sizes(), x.options());
   if (t.usedCores) {
     auto tt = TilingTensor(t, x);
-    ds_rms_norm_dynamic_quant<<<t.usedCores, nullptr, c10_npu::getCurrentNPUStream().stream()>>>(
-        Ptr(x), Ptr(residual), Ptr(g), Ptr(smooth), Ptr(q), Ptr(scale), Ptr(ro), Ptr(tt));
+    DS_LAUNCH(ds_rms_norm_dynamic_quant, t.usedCores, c10_npu::getCurrentNPUStream().stream(), Ptr(x),
+              Ptr(residual), Ptr(g), Ptr(smooth), Ptr(q), Ptr(scale), Ptr(ro), Ptr(tt));
   }
   auto lead = x_.sizes().vec();
   lead.pop_back();
@@ -114,8 +122,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> MoeGatingTopK(const at::Tensor& x
   auto norm = at::empty({x.size(0), x.size(1)}, x.options().dtype(at::kFloat));
   if (t.usedCores) {
     auto tt = TilingTensor(t, x);
-    ds_moe_gating_top_k<<<t.usedCores, nullptr, c10_npu::getCurrentNPUStream().stream()>>>(
-        Ptr(x), Ptr(bias), Ptr(y), Ptr(idx), Ptr(norm), Ptr(tt));
+    DS_LAUNCH(ds_moe_gating_top_k, t.usedCores, c10_npu::getCurrentNPUStream().stream(), Ptr(x), Ptr(bias), Ptr(y),
+              Ptr(idx), Ptr(norm), Ptr(tt));
   }
   return {y, idx, norm};
 }
