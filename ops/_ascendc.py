@@ -36,7 +36,7 @@ def _twin() -> ctypes.CDLL:
     from . import _ascendc_build
     global _Report
     _Report = _ascendc_build.TwinReport
-    lib = _ascendc_build.load("ds_ascendc_kernels", [str(_ROOT / s) for s in _SOURCES], include_dirs=[str(_ROOT)])
+    lib = _ascendc_build.load("ds_ascendc_kernels", [str(_ROOT / s) for s in _SOURCES])
     p, u32, f32, rep, err = (ctypes.c_void_p, ctypes.c_uint32, ctypes.c_float, ctypes.POINTER(_Report),
                              ctypes.c_char_p)
     lib.ds_twin_dynamic_quant.argtypes = [p, p, p, p, u32, u32, u32, u32, rep, err, u32]
@@ -68,9 +68,10 @@ def unavailable_reason(device_type: str = "npu") -> str | None:
         import torch_npu  # noqa: F401
     except Exception as e:
         return f"torch_npu is not importable ({type(e).__name__}), so no Ascend C kernel can run"
-    path = os.environ.get("DS_OPS_ASCENDC_LIB")
-    if not path or not os.path.exists(path):
-        return "the Ascend C library is not built (build ascendc/ with CANN and set DS_OPS_ASCENDC_LIB)"
+    path = os.environ.get("DS_OPS_ASCENDC_LIB") or str(Path(__file__).with_name("libds_ascendc.so"))
+    if not os.path.exists(path):
+        return (f"the Ascend C library is not built ({path} is missing: pip install -e '.[npu]' with CANN, or build "
+                "ascendc/ with CMake and set DS_OPS_ASCENDC_LIB)")
     try:
         torch.ops.load_library(path)
     except Exception as e:  # pragma: no cover - needs CANN
