@@ -41,7 +41,8 @@ class GatingKernel {
   __aicore__ inline void Process() {
     key_ = keyBuf_.Get<float>();
     res_ = reduceBuf_.Get<float>();
-    rwork_ = res_[16];
+    gres_ = res_[16];
+    rwork_ = res_[16 + 8 * kGatingVectorGroups];
     w_ = wBuf_.Get<float>();
     ids_ = idxBuf_.Get<int32_t>();
     if (t_.hasBias) {
@@ -99,6 +100,7 @@ class GatingKernel {
     } else {
       AscendC::Muls(key_, s, 1.0f, E);
     }
+    VBarrier();
     Sync<AscendC::HardEvent::V_S>();
     Select(r, s);
     normQ_.EnQue(s);
@@ -107,7 +109,7 @@ class GatingKernel {
     normQ_.FreeTensor(s);
   }
 
-  // Scalar part of one row: groups, the k picks, the weights; stages y / expert_idx for the batch.
+  // One row after the vector front end: groups, the k picks, the weights; stages y / expert_idx for the batch.
   __aicore__ inline void Select(uint32_t r, const AscendC::LocalTensor<float>& s) {
     const uint32_t E = t_.experts, G = t_.groupCount, per = E / G, k = t_.k;
     const uint32_t slot = r % t_.rowBatch, base = slot * k;
@@ -117,26 +119,13 @@ class GatingKernel {
     }
     uint8_t kept[kGatingMaxExperts];
     float gscore[kGatingMaxExperts];
-    // selection key without NaN, group scores
-    for (uint32_t g = 0; g < G; ++g) {
-      float top1 = kNegInf, top2 = kNegInf;
-      for (uint32_t i = 0; i < per; ++i) {
-        float v = key_.GetValue(g * per + i);
-        if (IsNan(v)) {
-          v = kNegInf;
-          key_.SetValue(g * per + i, v);
-        }
-        if (v > top1 || (i == 0)) {
-          top2 = i == 0 ? kNegInf : top1;
-          top1 = v;
-        } else if (v > top2 || i == 1) {
-          top2 = v;
-        }
-      }
-      float sc = t_.groupSelectMode == 1 ? top1 + top2 : top1;
-      gscore[g] = IsNan(sc) ? kNegInf : sc;
-      kept[g] = G == 1 ? 1 : 0;
+    const bool vec = G == 1 || (per % 8 == 0 && G <= kGatingVectorGroups);
+    if (vec) {
+      GroupScoresVector(gscore, G == 1 ? 1 : G, G == 1 ? E : per);
+    } else {
+      GroupScoresScalar(gscore, G, per);
     }
+    for (uint32_t g = 0; g < G; ++g) kept[g] = G == 1 ? 1 : 0;
     if (G > 1) {
       for (uint32_t n = 0; n < t_.kGroup; ++n) {
         int32_t best = -1;
@@ -145,10 +134,16 @@ class GatingKernel {
         }
         kept[best] = 1;
       }
+      Sync<AscendC::HardEvent::S_V>();
       for (uint32_t g = 0; g < G; ++g) {
         if (kept[g]) continue;
-        for (uint32_t i = 0; i < per; ++i) key_.SetValue(g * per + i, kNegInf);
+        if (vec) {
+          AscendC::Duplicate(key_[g * per], kNegInf, per);
+        } else {
+          for (uint32_t i = 0; i < per; ++i) key_.SetValue(g * per + i, kNegInf);
+        }
       }
+      if (vec) VBarrier();
     }
     Sync<AscendC::HardEvent::S_V>();
     // the k picks
@@ -190,6 +185,73 @@ class GatingKernel {
     if (slot + 1 == t_.rowBatch || r + 1 == count_) Flush(r - slot, slot + 1);
   }
 
+  // Group scores with the scalar unit (any group width): NaN keys become -inf, then max or top-2 sum per group.
+  __aicore__ inline void GroupScoresScalar(float* gscore, uint32_t G, uint32_t per) {
+    for (uint32_t g = 0; g < G; ++g) {
+      float top1 = kNegInf, top2 = kNegInf;
+      for (uint32_t i = 0; i < per; ++i) {
+        float v = key_.GetValue(g * per + i);
+        if (IsNan(v)) {
+          v = kNegInf;
+          key_.SetValue(g * per + i, v);
+        }
+        if (i == 0 || v > top1) {
+          top2 = i == 0 ? kNegInf : top1;
+          top1 = v;
+        } else if (i == 1 || v > top2) {
+          top2 = v;
+        }
+      }
+      const float sc = t_.groupSelectMode == 1 ? top1 + top2 : top1;
+      gscore[g] = IsNan(sc) ? kNegInf : sc;
+    }
+  }
+
+  // Group scores with ReduceMax per group (groups 32 B-aligned, at most kGatingVectorGroups): the top-1 of every
+  // group (a group whose max is NaN has its NaN keys set to -inf by the scalar unit and is reduced again), then for
+  // top-2 sums the runner-up with the top-1 masked. G = 1 only repairs NaN keys of the whole row.
+  __aicore__ inline void GroupScoresVector(float* gscore, uint32_t G, uint32_t per) {
+    float top1[kGatingVectorGroups];
+    uint32_t at[kGatingVectorGroups];
+    uint8_t todo[kGatingVectorGroups];
+    for (uint32_t g = 0; g < G; ++g) todo[g] = 1;
+    for (bool again = true; again;) {
+      for (uint32_t g = 0; g < G; ++g) {
+        if (todo[g]) AscendC::ReduceMax(gres_[g * 8], key_[g * per], rwork_, per, true);
+      }
+      Sync<AscendC::HardEvent::V_S>();
+      again = false;
+      for (uint32_t g = 0; g < G; ++g) {
+        if (!todo[g]) continue;
+        top1[g] = gres_.GetValue(g * 8);
+        at[g] = gres_.template ReinterpretCast<uint32_t>().GetValue(g * 8 + 1);
+        if (IsNan(top1[g])) {
+          for (uint32_t i = 0; i < per; ++i) {
+            if (IsNan(key_.GetValue(g * per + i))) key_.SetValue(g * per + i, kNegInf);
+          }
+          again = true;
+        } else {
+          todo[g] = 0;
+        }
+      }
+      if (again) Sync<AscendC::HardEvent::S_V>();
+    }
+    if (G == 1) return;
+    if (t_.groupSelectMode == 1) {
+      for (uint32_t g = 0; g < G; ++g) key_.SetValue(g * per + at[g], kNegInf);
+      Sync<AscendC::HardEvent::S_V>();
+      for (uint32_t g = 0; g < G; ++g) AscendC::ReduceMax(gres_[g * 8], key_[g * per], rwork_, per, false);
+      Sync<AscendC::HardEvent::V_S>();
+      for (uint32_t g = 0; g < G; ++g) {
+        const float sc = top1[g] + gres_.GetValue(g * 8);
+        gscore[g] = IsNan(sc) ? kNegInf : sc;
+        key_.SetValue(g * per + at[g], top1[g]);
+      }
+    } else {
+      for (uint32_t g = 0; g < G; ++g) gscore[g] = top1[g];
+    }
+  }
+
   // The lowest expert id of a kept group not yet picked for this row.
   __aicore__ inline int32_t NextUnpicked(const uint8_t* kept, uint32_t per, uint32_t base, uint32_t j) {
     for (uint32_t e = 0; e < t_.experts; ++e) {
@@ -224,7 +286,7 @@ class GatingKernel {
   AscendC::GlobalTensor<T> x_, y_;
   AscendC::GlobalTensor<float> norm_, biasGm_;
   AscendC::GlobalTensor<int32_t> idx_;
-  AscendC::LocalTensor<float> key_, res_, rwork_, w_;
+  AscendC::LocalTensor<float> key_, res_, gres_, rwork_, w_;
   AscendC::LocalTensor<int32_t> ids_;
   GatingTiling t_;
   uint32_t start_ = 0, count_ = 0;

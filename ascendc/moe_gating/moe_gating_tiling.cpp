@@ -15,7 +15,7 @@ uint32_t Layout(const GatingArgs& a, uint32_t batch, GatingTiling* t) {
   t->normBytes = AlignUp(a.experts * 4, kBlockBytes);
   t->scoreBytes = t->ePad * 4;
   t->biasBytes = a.hasBias ? AlignUp(a.experts * 4, kBlockBytes) : 0;
-  t->reduceBytes = 2 * kBlockBytes + ReduceWorkElems(a.experts, true) * 4;   // results, then work
+  t->reduceBytes = (2 + kGatingVectorGroups) * kBlockBytes + ReduceWorkElems(a.experts, true) * 4;   // results, work
   t->wBytes = AlignUp(batch * a.k * 4, kBlockBytes);
   t->yBytes = AlignUp(batch * a.k * e, kBlockBytes);
   t->idxBytes = AlignUp(batch * a.k * 4, kBlockBytes);

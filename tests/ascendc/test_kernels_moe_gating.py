@@ -89,9 +89,11 @@ def test_G4_matches_reference_exactly_on_bad_rows(gen):
     x[0] = float("nan")
     x[1] = float("inf")
     x[2, ::2] = float("nan")
-    for nt in (0, 1):
-        y, idx, _ = _run(x, 8, k_group=4, group_count=8, group_select_mode=1, norm_type=nt)
-        ry, ridx, _ = M.moe_gating_top_k(x, 8, k_group=4, group_count=8, group_select_mode=1, norm_type=nt)
+    # groups scored by ReduceMax (8 x 32), one group (G = 1), groups too narrow for it (64 x 4: the scalar scan)
+    for nt, G, kg in ((0, 8, 4), (1, 8, 4), (1, 1, 1), (0, 1, 1), (1, 64, 8)):
+        kw = dict(k_group=kg, group_count=G, group_select_mode=1, norm_type=nt)
+        y, idx, _ = _run(x, 8, **kw)
+        ry, ridx, _ = M.moe_gating_top_k(x, 8, **kw)
         assert torch.equal(idx, ridx)
         assert_close(y, ry, "fp32")
 
