@@ -151,10 +151,10 @@ def test_backend_switch_context_env_and_errors(monkeypatch, gen):
 
 
 def test_explicit_backend_that_cannot_run_raises_with_reason(gen):
-    inputs = _inputs("dynamic_quant", gen)
-    args, kwargs = _split("dynamic_quant", inputs)
+    inputs = _inputs("quant_matmul", gen)   # an op with no Ascend C kernel (yet)
+    args, kwargs = _split("quant_matmul", inputs)
     with ops.backend("ascendc"), pytest.raises(BackendUnavailable, match="ascendc.*(torch_npu|not built|no ascendc)"):
-        torch.ops.ds.dynamic_quant(*args, **kwargs)
+        torch.ops.ds.quant_matmul(*args, **kwargs)
 
 
 def test_auto_falls_back_to_reference_when_no_kernel_can_run(gen, monkeypatch):
@@ -241,20 +241,24 @@ def _kernels(monkeypatch, op, *kernels):
 
 def test_auto_prefers_ascendc_over_triton_then_falls_back(monkeypatch):
     """auto tries ascendc first, then triton; a kernel whose supports() gives a reason is skipped, and with no
-    kernel left auto runs the reference (an explicit backend raises BackendUnavailable instead)."""
+    kernel left auto runs the reference (an explicit backend raises BackendUnavailable instead). On CPU tensors auto
+    never picks ascendc (there it is the twin, a model of the NPU kernels for tests). Meta tensors stand in for a
+    device where both backends run."""
     op = ops.moe_gating.moe_gating_top_k
     tri_fn, asc_fn = (lambda *a, **k: "triton"), (lambda *a, **k: "ascendc")
-    monkeypatch.setattr(_ascendc, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(_ascendc, "unavailable_reason", lambda *a: None)
     monkeypatch.setattr(L, "triton_available", lambda: None)
     monkeypatch.setattr(L, "triton_interpret", lambda: True)
-    x = torch.randn(2, 16)
-    asc = L.Kernel("ascendc", "x", "y", ("cpu",), None, asc_fn)
-    tri_ok = L.Kernel("triton", "x", "y", ("cpu",), None, tri_fn)
-    tri_no = L.Kernel("triton", "x", "y", ("cpu",), lambda *a, **k: "not these inputs", tri_fn)
-    asc_no = L.Kernel("ascendc", "x", "y", ("cpu",), lambda *a, **k: "not these inputs", asc_fn)
+    x = torch.randn(2, 16, device="meta")
+    dev = ("meta", "cpu")
+    asc = L.Kernel("ascendc", "x", "y", dev, None, asc_fn)
+    tri_ok = L.Kernel("triton", "x", "y", dev, None, tri_fn)
+    tri_no = L.Kernel("triton", "x", "y", dev, lambda *a, **k: "not these inputs", tri_fn)
+    asc_no = L.Kernel("ascendc", "x", "y", dev, lambda *a, **k: "not these inputs", asc_fn)
     with ops.backend("auto"):
         _kernels(monkeypatch, op, tri_ok, asc)                       # listed triton first: order is the backend's
         assert op.select((x, 2), {})[0] == "ascendc"
+        assert op.select((torch.randn(2, 16), 2), {})[0] == "triton"  # CPU tensors: auto skips the twin
         _kernels(monkeypatch, op, tri_ok, asc_no)
         assert op.select((x, 2), {})[0] == "triton"
         _kernels(monkeypatch, op, tri_no, asc_no)
