@@ -165,3 +165,13 @@ def test_rms_nan_row_isolated(gen):
 def test_untileable_H_is_an_error_naming_H_before_anything_runs(gen):
     with pytest.raises(ValueError, match=r"H \(x.shape\[-1\]\) = 30000"):
         _rms(torch.randn(2, 30000, generator=gen), torch.ones(30000), smooth_scales=torch.ones(30000))
+
+
+def test_modeled_reports_a_labelled_modeled_time(gen):
+    """ops._ascendc.modeled (the perf report's hook): a modeled 910B time, per-pipe busy times, the busiest pipe."""
+    inputs = ops.quant.SPEC_DYNAMIC_QUANT.make_inputs({"T": 8, "K": 512}, generator=gen)
+    m = ops._ascendc.modeled("dynamic_quant", inputs)
+    assert m["label"] == "modeled 910B" and m["time_us"] > 0
+    assert m["bound"] == max(m["pipes"], key=m["pipes"].get) and {"V", "MTE2", "MTE3"} <= set(m["pipes"])
+    with pytest.raises(KeyError, match="no Ascend C kernel"):
+        ops._ascendc.modeled("quant_matmul", {})
