@@ -11,6 +11,7 @@ namespace ds {
 
 constexpr uint32_t kBlockBytes = 32;        // UB start-address / DataCopy length granularity (notes/ascendc.md §3)
 constexpr uint32_t kRepeatBytes = 256;      // one vector repeat
+constexpr uint32_t kDataCopyPadMaxBytes = 65535;   // DataCopyPad blockLen limit (notes/ascendc.md §3)
 constexpr uint32_t kUbBytes910B = 196608;   // UB per vector core on Atlas A2 (192 KiB)
 constexpr uint32_t kCores910B = 40;         // vector cores on Atlas A2 (910B3)
 

@@ -60,6 +60,8 @@ std::string GatingTilingCompute(const GatingArgs& a, GatingTiling* t) {
   const uint32_t most = t->rowsPerCore + (t->bigCores ? 1 : 0);
   uint32_t batch = a.maxRowBatch ? a.maxRowBatch : kRowBatch;
   if (most && batch > most) batch = most;
+  const uint32_t copyMax = kDataCopyPadMaxBytes / (4 * a.k);   // one DataCopyPad moves a batch of expert_idx
+  if (batch > copyMax) batch = copyMax;
   if (batch == 0) batch = 1;
   while (batch > 1 && Layout(a, batch, t) > a.ubBytes) batch /= 2;
   t->ubUsed = Layout(a, batch, t);

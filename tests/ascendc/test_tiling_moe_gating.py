@@ -25,7 +25,8 @@ def _buffers(t: dict) -> list[int]:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_sweep_fits_and_balances(dtype):
     e = 4 if dtype == torch.float32 else 2
-    for E, G in ((64, 1), (64, 8), (128, 4), (160, 10), (256, 8), (256, 1), (384, 12), (384, 384), (1024, 8)):
+    for E, G in ((64, 1), (64, 8), (128, 4), (160, 10), (256, 8), (256, 1), (384, 12), (384, 384), (1024, 8),
+                 (1024, 1)):
         for k in (1, 6, 8, E // G):
             for rows in (0, 1, 39, 40, 41, 256, 16384):
                 t = A.gating_tiling(rows, E, k, k_group=G, group_count=G, dtype=dtype)
@@ -34,6 +35,7 @@ def test_sweep_fits_and_balances(dtype):
                 assert sum(bufs) <= t["ubUsed"] <= A.UB_910B
                 assert t["inBytes"] >= E * e and t["normBytes"] >= E * 4 and t["scoreBytes"] >= E * 4
                 assert t["rowBatch"] >= 1 and t["wBytes"] >= t["rowBatch"] * k * 4
+                assert t["rowBatch"] * k * 4 <= 65535          # one DataCopyPad per batch of expert_idx
                 used = t["usedCores"]
                 assert used == min(rows, 40)
                 if rows:

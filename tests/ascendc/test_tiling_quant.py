@@ -35,6 +35,7 @@ def _check(t: dict, rows: int, cols: int, dtype, cores: int, ub: int) -> None:
     assert (n - 1) * c + tail == cols and 1 <= tail <= c
     assert c == cols or c % 64 == 0
     assert t["inBytes"] >= c * e and t["outBytes"] >= c and t["workBytes"] >= c * 4 and t["halfBytes"] >= c * 2
+    assert c * 4 <= 65535 and t["scaleBatch"] * 4 <= 65535      # each DataCopyPad within its blockLen range
     assert t["resident"] == 0 or t["rowBytes"] >= cols * 4
     # tokens over cores: within one token of each other, all covered
     used = t["usedCores"]
