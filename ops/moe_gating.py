@@ -99,5 +99,6 @@ SPEC = OpSpec(name="moe_gating_top_k", flops=flops, bytes=bytes_moved, make_inpu
 moe_gating_top_k = DsOp(
     "moe_gating_top_k", _ref.moe_gating_top_k, fake=_fake, check=_check, spec=SPEC,
     kernels=[Kernel("triton", "ops.triton.moe_gating", "moe_gating_top_k", ("cuda", "cpu", "npu"),
-                    supports=_lazy_supports("ops.triton.moe_gating", "moe_gating_top_k"))],
+                    supports=_lazy_supports("ops.triton.moe_gating", "moe_gating_top_k")),
+             Kernel("ascendc", "ops._ascendc", "moe_gating_top_k", ("npu", "cpu"))],
     flop_formula=lambda *a, out_val=None, **kw: flops(**_bind(_ref.moe_gating_top_k, a, kw)))

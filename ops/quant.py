@@ -120,7 +120,8 @@ SPEC_DYNAMIC_QUANT = OpSpec(
 dynamic_quant = DsOp(
     "dynamic_quant", _ref.dynamic_quant, fake=_fake_dynamic_quant, check=_check_dynamic_quant, spec=SPEC_DYNAMIC_QUANT,
     kernels=[Kernel("triton", "ops.triton.quant", "dynamic_quant", ("cuda", "cpu", "npu"),
-                    supports=_lazy_supports("ops.triton.quant", "dynamic_quant"))],
+                    supports=_lazy_supports("ops.triton.quant", "dynamic_quant")),
+             Kernel("ascendc", "ops._ascendc", "dynamic_quant", ("npu", "cpu"))],
     flop_formula=lambda *a, out_val=None, **kw: flops_dynamic_quant(**_bind(_ref.dynamic_quant, a, kw)))
 
 
@@ -189,7 +190,8 @@ rms_norm_dynamic_quant = DsOp(
     "rms_norm_dynamic_quant", _ref.rms_norm_dynamic_quant, fake=_fake_rms_norm_dynamic_quant,
     check=_check_rms_norm_dynamic_quant, spec=SPEC_RMS_NORM_DYNAMIC_QUANT,
     kernels=[Kernel("triton", "ops.triton.quant", "rms_norm_dynamic_quant", ("cuda", "cpu", "npu"),
-                    supports=_lazy_supports("ops.triton.quant", "rms_norm_dynamic_quant"))],
+                    supports=_lazy_supports("ops.triton.quant", "rms_norm_dynamic_quant")),
+             Kernel("ascendc", "ops._ascendc", "rms_norm_dynamic_quant", ("npu", "cpu"))],
     flop_formula=lambda *a, out_val=None, **kw: flops_rms_norm_dynamic_quant(**_bind(_ref.rms_norm_dynamic_quant, a, kw)))
 
 

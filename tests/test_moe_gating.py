@@ -367,7 +367,8 @@ def test_flops_bytes_and_spec(gen):
         torch.ops.ds.moe_gating_top_k(**kw)
     assert fc.get_total_flops() == spec.flops(**kw) > 0
     k = ops.moe_gating.moe_gating_top_k.kernels
-    assert [(x.backend, x.module, x.attr) for x in k] == [("triton", "ops.triton.moe_gating", "moe_gating_top_k")]
+    assert [(x.backend, x.module, x.attr) for x in k] == [("triton", "ops.triton.moe_gating", "moe_gating_top_k"),
+                                                          ("ascendc", "ops._ascendc", "moe_gating_top_k")]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -205,10 +205,10 @@ def test_backend_switch_context_env_and_errors(monkeypatch, gen):
 
 
 def test_explicit_backend_that_cannot_run_raises_with_reason(gen):
-    inputs = _inputs("dynamic_quant", gen)
-    args, kwargs = _split("dynamic_quant", inputs)
+    inputs = _inputs("quant_matmul", gen)   # an op with no Ascend C kernel (yet)
+    args, kwargs = _split("quant_matmul", inputs)
     with ops.backend("ascendc"), pytest.raises(BackendUnavailable, match="ascendc.*(torch_npu|not built|no ascendc)"):
-        torch.ops.ds.dynamic_quant(*args, **kwargs)
+        torch.ops.ds.quant_matmul(*args, **kwargs)
 
 
 def test_auto_falls_back_to_reference_when_no_kernel_can_run(gen, monkeypatch):
@@ -325,6 +325,7 @@ def test_auto_prefers_ascendc_over_triton_then_falls_back(monkeypatch):
     with ops.backend("auto"):
         _kernels(monkeypatch, op, tri_ok, asc)                       # listed triton first: order is the backend's
         assert op.select((x, 2), {})[0] == "ascendc"
+        assert op.select((torch.randn(2, 16), 2), {})[0] == "triton"  # CPU tensors: auto skips the twin
         _kernels(monkeypatch, op, tri_ok, asc_no)
         assert op.select((x, 2), {})[0] == "triton"
         _kernels(monkeypatch, op, tri_no, asc_no)
