@@ -182,6 +182,18 @@ def load_configs(op: str) -> dict:
     return out
 
 
+def clear_caches(module) -> int:
+    """Forget every memoised launch plan of a launcher ``module`` (each ``functools.lru_cache`` function it defines):
+    for tests that compare warm with cold launches and for config experiments that edit a table in place.
+    Returns how many caches were cleared."""
+    n = 0
+    for v in vars(module).values():
+        if callable(getattr(v, "cache_clear", None)) and getattr(v, "__module__", None) == module.__name__:
+            v.cache_clear()
+            n += 1
+    return n
+
+
 def backend_key(device: torch.device) -> str:
     """The config table of a launch: 'cuda' on NVIDIA; 'ascend' on NPUs and on the CPU interpreter (so CI runs
     the Ascend tiles and persistent loops). ops/triton/amla.py has a third, 'interpreter', table of its own."""

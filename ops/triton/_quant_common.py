@@ -217,14 +217,16 @@ def choose_split(M: int, N: int, K: int, b: dict, cfg: dict, device: torch.devic
 
 
 def plan_quant_matmul(M: int, N: int, K: int, device: torch.device, config: dict | None = None, *,
-                      backend_key: str | None = None) -> dict:
+                      backend_key: str | None = None, split_target: int | None = None) -> dict:
     """The launch plan the launcher would use (bucket + SPLIT_K + K_PER_SPLIT); ``config`` overrides the bucket.
 
     M, N, K: the GEMM's token rows, output columns and reduction length (ints, shapes only, no data); device:
     selects the config table ("cuda", else "ascend") and, for ``split_k: "auto"``, the split target (the
     table's split_target, else the CUDA SM count, else 20);
     config: a whole bucket dict (BLOCK_M/N/K, GROUP_M, num_warps, num_stages, split_k, mma, ...) or None;
-    backend_key: "cuda" / "ascend" to force the table of configs/<backend_key>/quant.json.
+    backend_key: "cuda" / "ascend" to force the table of configs/<backend_key>/quant.json;
+    split_target: the work items split_k "auto" aims at, in place of the device's (the table's split_target, else
+    the CUDA SM count, else 20): plans for another device's SM count.
     Returns a new dict: the bucket's keys plus SPLIT_K and K_PER_SPLIT (a multiple of BLOCK_K); plans from the
     table (``config`` None) are memoised.
     Raises ValueError if the bucket (``config`` or the table's) names an unknown key (:data:`BUCKET_KEYS`), an mma
@@ -234,7 +236,9 @@ def plan_quant_matmul(M: int, N: int, K: int, device: torch.device, config: dict
     is not checked here (a plan is shape-only): :func:`quant_matmul_config` raises it at launch."""
     key = backend_key or _backend_key(device)
     if config is not None:
-        return make_qmm_plan(M, N, K, key, config, device)
+        return make_qmm_plan(M, N, K, key, config, device, split_target)
+    if split_target is not None:
+        return dict(_cached_qmm_plan(M, N, K, key, int(split_target)))
     return dict(qmm_plan(M, N, K, key, device))
 
 
@@ -258,6 +262,11 @@ def make_qmm_plan(M: int, N: int, K: int, key: str, config: dict | None, device:
     sk, k_per = choose_split(M, N, K, b, cfg, device, target)
     b.update(SPLIT_K=sk, K_PER_SPLIT=k_per)
     return b
+
+
+def clear_caches() -> None:
+    """Forget the memoised quant_matmul plans (tests comparing warm with cold launches, table experiments)."""
+    _cached_qmm_plan.cache_clear()
 
 
 def gemv_stream_plan(M: int, N: int, K: int, device: torch.device) -> dict | None:

@@ -1139,9 +1139,10 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
                       dequant_scale_w_dq=None, dequant_scale_w_uq_qr=None, dequant_scale_w_dkv_kr=None,
                       quant_scale_ckv=None, quant_scale_ckr=None, smooth_scales_cq=None, rmsnorm_epsilon_cq=1e-5,
                       rmsnorm_epsilon_ckv=1e-5, cache_mode="PA_BSND", overrides: dict | None = None,
-                      backend_key: str | None = None):
+                      backend_key: str | None = None, cores: int | None = None):
     """:func:`mla_prolog` with explicit launch-config ``overrides`` ({"down": {...}, "query": {...}, "row": {...}},
-    see :func:`plan`) and/or config table ``backend_key`` — for perf sweeps and tests."""
+    see :func:`plan`), config table ``backend_key`` and/or core count ``cores`` (default: the table's, else the
+    device's SM count, else 20) — for perf sweeps and tests."""
     if cache_mode != "PA_BSND":
         raise ValueError(f"cache_mode {cache_mode!r} is not supported (only 'PA_BSND')")
     dev = token_x.device
@@ -1164,7 +1165,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         return query, query_rope, dsq
 
     key = backend_key or _backend_key(dev)
-    cores = _cores(_all_configs()[key], dev)
+    cores = cores or _cores(_all_configs()[key], dev)
     has_smooth = smooth_scales_cq is not None
     ieee = dt == torch.float32
     on_cuda = dev.type == "cuda"

@@ -34,7 +34,8 @@ import triton.language as tl
 from ._common import backend_key as _backend_key, bf16_cpu_output_reason as _bf16_cpu_output_reason, \
     cdiv as _cdiv, unit_inner as _unit_inner
 from ._pdl import pdl_enter, pdl_kwargs
-from ._quant_common import (GEMV_STREAM, MMA_MODES, capped_grid, gemv_stream_plan, make_qmm_plan,
+from . import _quant_common, quant_row
+from ._quant_common import (GEMV_STREAM, MMA_MODES, bucket, capped_grid, counters, gemv_stream_plan, make_qmm_plan,
                             plan_quant_matmul, qmm_plan, split_k_buffers, store_out, tables)
 from .quant_gemv import gemv_stream_int32, gemv_stream_int32_ok, quant_matmul_gemv
 from .quant_row import (dynamic_quant, dynamic_quant_config, rms_norm_dynamic_quant, rms_norm_dynamic_quant_config,
@@ -492,7 +493,14 @@ def compile_cases(table: str = "ascend") -> list[dict]:
     return cases
 
 
-__all__ = ["dynamic_quant", "rms_norm_dynamic_quant", "dynamic_quant_config", "rms_norm_dynamic_quant_config",
+def clear_caches() -> None:
+    """Forget every memoised launch of the quant kernels (row launches and quant_matmul plans): for tests that
+    compare warm with cold launches and for experiments that edit a config table in place."""
+    _quant_common.clear_caches()
+    quant_row.row_launch.cache_clear()
+
+
+__all__ = ["clear_caches", "tables", "bucket", "counters", "dynamic_quant", "rms_norm_dynamic_quant", "dynamic_quant_config", "rms_norm_dynamic_quant_config",
            "quant_matmul", "quant_matmul_config", "plan_quant_matmul", "supports_reason_dynamic_quant",
            "supports_reason_rms_norm_dynamic_quant", "supports_reason_quant_matmul", "gemv_stream_plan",
            "gemv_stream_int32", "gemv_stream_int32_ok", "ascend_compile_cases", "compile_cases"]
