@@ -22,11 +22,13 @@ or launch: ``"quant_matmul"``, ``"down"``, ...); a section holds the keys shared
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import itertools
 import json
 import os
+import sys
 
 import torch
 
@@ -162,12 +164,45 @@ def backends(op: str) -> list[str]:
     return sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(CONFIG_DIR, "*", op + ".json")))
 
 
-@functools.lru_cache(maxsize=None)
+_REPLACED: dict[str, dict] = {}
+
+
+@contextlib.contextmanager
+def replaced_configs(op: str, tables: dict):
+    """Within the block :func:`load_configs` (``op``) returns ``tables`` ({backend: table}, checked like the files)
+    instead of the files, and every memoised plan of the loaded launcher modules is forgotten on entry and on exit:
+    for tests and tuning experiments that try other tables. Not thread-safe (one process-wide setting)."""
+    for name, table in tables.items():
+        _check_table(table, f"{name}/{op}.json (replaced)")
+    _REPLACED[op] = tables
+    _forget_plans()
+    try:
+        yield tables
+    finally:
+        del _REPLACED[op]
+        _forget_plans()
+
+
+def _forget_plans() -> None:
+    _load_files.cache_clear()
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("ops.triton.") and mod is not None:
+            clear_caches(mod)
+
+
 def load_configs(op: str) -> dict:
-    """``{backend: table}`` for every ``ops/triton/configs/<backend>/<op>.json``, each checked against the grammar
-    (:func:`check_buckets`, no ``_`` keys). Shared: never modify it. Raises FileNotFoundError when ``op`` has no
-    table, ValueError (naming the file) for one that breaks the grammar. (An op whose configs are still one file,
-    ``configs/<op>.json`` keyed by backend, is read as it is.)"""
+    """``{backend: table}`` for every ``ops/triton/configs/<backend>/<op>.json`` (or the tables of an enclosing
+    :func:`replaced_configs`), each checked against the grammar (:func:`check_buckets`, no ``_`` keys). Shared: never
+    modify it. Raises FileNotFoundError when ``op`` has no table, ValueError (naming the file) for one that breaks
+    the grammar. (An op whose configs are still one file, ``configs/<op>.json`` keyed by backend, is read as it
+    is.)"""
+    if op in _REPLACED:
+        return _REPLACED[op]
+    return _load_files(op)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_files(op: str) -> dict:
     names = backends(op)
     if not names:
         with open(os.path.join(CONFIG_DIR, op + ".json")) as f:
@@ -194,9 +229,28 @@ def clear_caches(module) -> int:
     return n
 
 
+_FORCED_TABLE: list[str] = []
+
+
+@contextlib.contextmanager
+def forced_table(key: str):
+    """Within the block every quant / mla_prolog / moe_gating launch takes config table ``key`` ("cuda" /
+    "ascend") whatever the tensors' device: tests run the CUDA tiles under the CPU interpreter, perf measures the
+    CUDA plans' host cost on a CPU. Plans are memoised per table, so nothing leaks out of the block. Not
+    thread-safe (one process-wide setting)."""
+    _FORCED_TABLE.append(key)
+    try:
+        yield key
+    finally:
+        _FORCED_TABLE.pop()
+
+
 def backend_key(device: torch.device) -> str:
     """The config table of a launch: 'cuda' on NVIDIA; 'ascend' on NPUs and on the CPU interpreter (so CI runs
-    the Ascend tiles and persistent loops). ops/triton/amla.py has a third, 'interpreter', table of its own."""
+    the Ascend tiles and persistent loops); inside :func:`forced_table`, its table. ops/triton/amla.py has a
+    third, 'interpreter', table of its own."""
+    if _FORCED_TABLE:
+        return _FORCED_TABLE[-1]
     return "cuda" if device.type == "cuda" else "ascend"
 
 

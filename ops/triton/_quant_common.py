@@ -128,9 +128,9 @@ def check_bucket(b: dict, where: str = "") -> None:
 
 
 COUNTERS: dict = {}
-_CNT_REGION = 1024   # counters per stream region (≥ the tiles of any split-K launch; more → a fresh buffer)
-_CNT_REGIONS = 256   # stream regions per device buffer (1 MiB; torch pools 32 streams per priority)
-_CNT_CAPTURE = 1 << 20   # counters handed out to captured calls, each its own slice (4 MiB)
+CNT_REGION = 1024   # counters per stream region (≥ the tiles of any split-K launch; more → a fresh buffer)
+CNT_REGIONS = 256   # stream regions per device buffer (1 MiB; torch pools 32 streams per priority)
+CNT_CAPTURE = 1 << 20   # counters handed out to captured calls, each its own slice (4 MiB)
 
 
 def counters(device: torch.device, n: int) -> torch.Tensor:
@@ -142,34 +142,34 @@ def counters(device: torch.device, n: int) -> torch.Tensor:
     for good, so graphs replayed concurrently on different streams (two-batch overlap) never share counters, and
     no memset enters the graph (a per-call ``torch.zeros`` cost 1.1–1.3 µs per decode GEMM on the H200). A fresh
     ``torch.zeros`` for this call only (its memset captured with the graph, if capturing) when there is no buffer
-    yet, the capture area is used up, there are more than ``_CNT_REGIONS`` streams, or more than ``_CNT_REGION``
+    yet, the capture area is used up, there are more than ``CNT_REGIONS`` streams, or more than ``CNT_REGION``
     tiles."""
     is_cuda = device.type == "cuda"
     capturing = is_cuda and torch.cuda.is_current_stream_capturing()
-    if n > _CNT_REGION:
+    if n > CNT_REGION:
         return torch.zeros(n, dtype=torch.int32, device=device)
     dkey = (device.type, device.index)
     entry = COUNTERS.get(dkey)
     if entry is None:
         if capturing:   # no eager buffer yet (a zeros() now would be memset in every replay): this call's own
             return torch.zeros(n, dtype=torch.int32, device=device)
-        buf = torch.zeros(_CNT_REGION * _CNT_REGIONS + _CNT_CAPTURE, dtype=torch.int32, device=device)
+        buf = torch.zeros(CNT_REGION * CNT_REGIONS + CNT_CAPTURE, dtype=torch.int32, device=device)
         entry = COUNTERS[dkey] = (buf, {})
     buf, slots = entry
     if capturing:
         used = slots.get("capture", 0)
-        if used + n > _CNT_CAPTURE:
+        if used + n > CNT_CAPTURE:
             return torch.zeros(n, dtype=torch.int32, device=device)
         slots["capture"] = used + n
-        off = _CNT_REGION * _CNT_REGIONS + used
+        off = CNT_REGION * CNT_REGIONS + used
         return buf[off: off + n]
     skey = torch.cuda.current_stream(device).cuda_stream if is_cuda else 0
     off = slots.get(skey)
     if off is None:
-        if sum(1 for k in slots if k != "capture") >= _CNT_REGIONS:
+        if sum(1 for k in slots if k != "capture") >= CNT_REGIONS:
             return torch.zeros(n, dtype=torch.int32, device=device)
-        off = slots[skey] = sum(1 for k in slots if k != "capture") * _CNT_REGION
-    return buf[off: off + _CNT_REGION]
+        off = slots[skey] = sum(1 for k in slots if k != "capture") * CNT_REGION
+    return buf[off: off + CNT_REGION]
 
 
 def split_k_buffers(plan: dict, sk: int, tiles: int, out: torch.Tensor, dev: torch.device):

@@ -976,8 +976,11 @@ class _Launch(NamedTuple):
     fuse_kw: dict = {}
 
 
-def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool,
-                 on_cuda: bool) -> _Launch:
+def make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool,
+                on_cuda: bool) -> _Launch:
+    """The three (or, fused, two) launches of plan ``p`` (:func:`plan`) for a mode: full A8W8 (int8 token_x), int8
+    W_UQ_QR (qint8), int8 kv / kr caches, smooth_scales_cq given, fp32 operands (ieee), CUDA tensors; grids and
+    keyword arguments only (no tensors), as the launcher passes them."""
     asc = p["backend_key"] == "ascend"
     d, r, q = p["down"], p["row"], p["query"]
     down_kw = dict(INT8=full, IEEE=ieee, EVEN_K=d["EVEN_K"],
@@ -1015,7 +1018,7 @@ def _cached_launch(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int
     mode flags (int8 x / W_UQ_QR / kv / kr caches, smooth scales), fp32 activations, config table, core count
     and whether the device is CUDA, and whether the down GEMM runs on the streaming GEMV. Shared: its dicts are
     only ever unpacked into launches (``**``)."""
-    return _make_launch(_cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, act_bytes, gemv),
+    return make_launch(_cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, act_bytes, gemv),
                         full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
 
 
@@ -1174,7 +1177,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     CT = Hcq + Ckv
     gemv = _down_gemv(key, T, He, CT, x, weight_dq, weight_dkv_kr, full, overrides)
     if overrides:
-        lp = _make_launch(_make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, dt.itemsize, overrides,
+        lp = make_launch(_make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, dt.itemsize, overrides,
                                      gemv is not None), full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
     else:
         lp = _cached_launch(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, kv8, kr8, has_smooth, ieee,
@@ -1385,4 +1388,5 @@ def ascend_compile_cases() -> list[dict]:
     return compile_cases("ascend")
 
 
-__all__ = ["mla_prolog", "mla_prolog_config", "supports_reason", "ascend_compile_cases", "compile_cases", "plan", "pack_weights"]
+__all__ = ["mla_prolog", "mla_prolog_config", "supports_reason", "ascend_compile_cases", "compile_cases", "plan",
+           "make_launch", "down_uses_gemv", "pack_weights"]

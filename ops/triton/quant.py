@@ -37,7 +37,7 @@ from ._pdl import pdl_enter, pdl_kwargs
 from . import _quant_common, quant_row
 from ._quant_common import (GEMV_STREAM, MMA_MODES, bucket, capped_grid, counters, gemv_stream_plan, make_qmm_plan,
                             plan_quant_matmul, qmm_plan, split_k_buffers, store_out, tables)
-from .quant_gemv import gemv_stream_int32, gemv_stream_int32_ok, quant_matmul_gemv
+from .quant_gemv import gemv_stream_dp4a_ok, gemv_stream_int32, gemv_stream_int32_ok, quant_matmul_gemv
 from .quant_row import (dynamic_quant, dynamic_quant_config, rms_norm_dynamic_quant, rms_norm_dynamic_quant_config,
                         supports_reason_dynamic_quant, supports_reason_rms_norm_dynamic_quant)
 
@@ -309,7 +309,7 @@ def _qmm_epilogue_kernel(part_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, M, N, SPLI
         store_out(acc, ws_ptr, xs_ptr, bias_ptr, out_ptr, om, on, mm, mn, stride_om, HAS_BIAS)
 
 
-_K_MAX = (2**31 - 1) // (128 * 128)   # the largest K whose int8 dot products cannot overflow int32 (= reference.quant)
+K_MAX = (2**31 - 1) // (128 * 128)   # the largest K whose int8 dot products cannot overflow int32 (= reference.quant)
 
 
 def supports_reason_quant_matmul(x_int8, weight_int8, weight_scale, x_scale, *, bias=None, out_dtype=torch.bfloat16) -> str | None:
@@ -322,8 +322,8 @@ def supports_reason_quant_matmul(x_int8, weight_int8, weight_scale, x_scale, *, 
         return f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}"
     if out_dtype == torch.bfloat16 and x_int8.device.type == "cpu":
         return _bf16_cpu_output_reason("out")
-    if x_int8.shape[1] > _K_MAX:
-        return f"K > {_K_MAX} could overflow the int32 accumulator (128² · K ≥ 2³¹)"
+    if x_int8.shape[1] > K_MAX:
+        return f"K > {K_MAX} could overflow the int32 accumulator (128² · K ≥ 2³¹)"
     return None
 
 
@@ -427,7 +427,7 @@ def _launch_qmm_epilogue(cfg: dict, part, weight_scale, x_scale, bias_arg, out, 
         HAS_BIAS=has_bias, BLOCK_M=ebm, BLOCK_N=ebn, num_warps=int(e["num_warps"]))
 
 
-def _qmm_cases(b: dict, q: dict, tag: str, table: str) -> list[dict]:
+def qmm_cases(b: dict, q: dict, tag: str, table: str) -> list[dict]:
     """Compile cases of one :func:`_qmm_kernel` bucket config ``b`` (named by ``tag``) of config section ``q``: fused
     and / or split-K (as its split_k allows), even / tail K, bf16 / fp16 out, with the layout pack_weight gives
     ``table``."""
@@ -468,7 +468,7 @@ def ascend_compile_cases() -> list[dict]:
     (The row kernels' cases: ops.triton.quant_row; the streaming GEMV's: ops.triton.quant_gemv.)"""
     q = tables()["ascend"]["quant_matmul"]
     kb_bucket = dict(q["buckets"][0]["config"], k_batch=2, BLOCK_N=128)
-    kb = [dict(c, name="probe_k_batch2_" + c["name"]) for c in _qmm_cases(kb_bucket, q, "b0", "ascend")
+    kb = [dict(c, name="probe_k_batch2_" + c["name"]) for c in qmm_cases(kb_bucket, q, "b0", "ascend")
           if c["signature"]["out_ptr"] == "*bf16"]
     return compile_cases("ascend") + kb
 
@@ -481,7 +481,7 @@ def compile_cases(table: str = "ascend") -> list[dict]:
     cases: list[dict] = []
     for i, b in enumerate(q["buckets"]):
         if b["config"].get("mma") != GEMV_STREAM:
-            cases.extend(_qmm_cases(b["config"], q, f"b{i}", table))
+            cases.extend(qmm_cases(b["config"], q, f"b{i}", table))
     e = q["epilogue"]
     for out in ("*bf16", "*fp16"):
         sig = {"part_ptr": "*i32", "ws_ptr": "*fp32", "xs_ptr": "*fp32", "bias_ptr": "*fp32", "out_ptr": out,
@@ -500,7 +500,8 @@ def clear_caches() -> None:
     quant_row.row_launch.cache_clear()
 
 
-__all__ = ["clear_caches", "tables", "bucket", "counters", "dynamic_quant", "rms_norm_dynamic_quant", "dynamic_quant_config", "rms_norm_dynamic_quant_config",
+__all__ = ["clear_caches", "tables", "bucket", "counters", "qmm_cases", "quant_matmul_gemv", "gemv_stream_dp4a_ok",
+           "MMA_MODES", "K_MAX", "dynamic_quant", "rms_norm_dynamic_quant", "dynamic_quant_config", "rms_norm_dynamic_quant_config",
            "quant_matmul", "quant_matmul_config", "plan_quant_matmul", "supports_reason_dynamic_quant",
            "supports_reason_rms_norm_dynamic_quant", "supports_reason_quant_matmul", "gemv_stream_plan",
            "gemv_stream_int32", "gemv_stream_int32_ok", "ascend_compile_cases", "compile_cases"]

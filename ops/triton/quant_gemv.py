@@ -201,7 +201,7 @@ def _qmm_gemv_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, 
                     tl.atomic_xchg(cnt_ptr + tile, 0)
 
 
-def _gemv_stream_dp4a_ok(x_int8: torch.Tensor, weight_int8: torch.Tensor, bk: int) -> bool:
+def gemv_stream_dp4a_ok(x_int8: torch.Tensor, weight_int8: torch.Tensor, bk: int) -> bool:
     """Whether the int32-word (dp4a) loads are legal: K % 4 == 0, BLOCK_K % 4 == 0, K-major weight whose rows
     and base are 4-byte aligned, x rows 4-byte aligned (host metadata only, no sync)."""
     M, K = x_int8.shape
@@ -248,7 +248,7 @@ def quant_matmul_gemv(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_sc
     if x_int8.stride(1) != 1 and K > 1:
         x_int8 = x_int8.contiguous()
     dev = out.device
-    dp4a = bool(plan.get("dp4a", False)) and dev.type == "cuda" and _gemv_stream_dp4a_ok(x_int8, weight_int8, bk)
+    dp4a = bool(plan.get("dp4a", False)) and dev.type == "cuda" and gemv_stream_dp4a_ok(x_int8, weight_int8, bk)
     u = 4 if dp4a else 1
     tiles = _cdiv(N, bn)
     grid, launch = _gemv_grid_launch(plan, tiles * sk, dev)
@@ -297,7 +297,7 @@ def gemv_stream_int32(x_int8: torch.Tensor, weights: tuple, part: torch.Tensor, 
         x_int8 = x_int8.contiguous()
     dev = part.device
     dp4a = bool(plan.get("dp4a", False)) and dev.type == "cuda" and all(
-        _gemv_stream_dp4a_ok(x_int8, w, bk) for w in weights)
+        gemv_stream_dp4a_ok(x_int8, w, bk) for w in weights)
     u = 4 if dp4a else 1
     grid, launch = _gemv_grid_launch(plan, _cdiv(N, bn), dev)
     f32 = torch.empty(0, dtype=torch.float32, device=dev)   # the epilogue's pointers: never read
@@ -389,5 +389,5 @@ def ascend_compile_cases() -> list[dict]:
     return compile_cases("ascend") + probe
 
 
-__all__ = ["quant_matmul_gemv", "gemv_stream_int32", "gemv_stream_int32_ok", "gemv_stream_cases", "compile_cases",
+__all__ = ["quant_matmul_gemv", "gemv_stream_dp4a_ok", "gemv_stream_int32", "gemv_stream_int32_ok", "gemv_stream_cases", "compile_cases",
            "ascend_compile_cases"]
