@@ -18,6 +18,7 @@ import ops
 from ops import mla_prolog as M
 from reference import mla_prolog as R
 from tests.backends import backends_for
+from tests.mla_inputs import bits, clone_inputs, mla_small
 from tolerances import assert_close
 
 from transformers import DeepseekV3Config
@@ -30,20 +31,7 @@ QUANT_MODES = ("partial", "partial_c8", "a8w8", "a8w8_c8", "bf16_c8")
 
 
 def small(mode="bf16", T=6, N=2, *, bs=16, dtype=torch.bfloat16, seed=0, device="cpu", **kw):
-    shape = dict(T=T, N=N, He=64, Hcq=96, Hckv=512, D=128, Dr=64, block_size=bs, mode=mode, eps=HF_EPS)
-    if "B" in kw:
-        shape.pop("T")
-    shape.update(kw)
-    return M.make_inputs(shape, dtype=dtype, device=device, generator=torch.Generator().manual_seed(seed))
-
-
-def clone_inputs(inp):
-    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """Bit pattern of a tensor (NaN-safe equality)."""
-    return t.contiguous().view(torch.uint8 if t.element_size() == 1 else torch.int16 if t.element_size() == 2 else torch.int32)
+    return mla_small(mode, T, N, dtype=dtype, device=device, seed=seed, block_size=bs, eps=HF_EPS, **kw)
 
 
 def run(inp, be=None):

@@ -27,6 +27,7 @@ from tests.tolerances import _EMPTY, assert_close, poisoned_empty
 
 from ops.triton._common import forced_table, replaced_configs, resolve
 from tests.conftest import requires_triton
+from tests.mla_inputs import bits, clone_inputs as clone, mla_small
 
 pytestmark = [requires_triton, pytest.mark.interpreter]
 K = pytest.importorskip("ops.triton.mla_prolog")
@@ -68,20 +69,36 @@ def M_CONFIGS() -> dict:
 
 
 def small(mode="bf16", T=6, N=2, *, dtype=DT, seed=0, **kw):
-    shape = dict(T=T, N=N, He=64, Hcq=96, Hckv=512, D=128, Dr=64, block_size=16, mode=mode)
-    if "B" in kw:
-        shape.pop("T")
-    shape.update(kw)
-    return M.make_inputs(shape, dtype=dtype, device=DEV, generator=torch.Generator().manual_seed(seed))
+    return mla_small(mode, T, N, dtype=dtype, device=DEV, seed=seed, **kw)
 
 
-def clone(inp):
-    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+def _guard_caches(inp, fill):
+    """Move kv_cache / kr_cache into buffers one block larger on each side (the guard blocks: float ``fill``, random
+    if None; random int8 for C8 caches); ``inp`` then holds the inner views. Returns {name: whole buffer}."""
+    guards = {}
+    for name in ("kv_cache", "kr_cache"):
+        c = inp[name]
+        shape = (c.shape[0] + 2,) + tuple(c.shape[1:])
+        if not c.is_floating_point():
+            buf = torch.randint(-127, 128, shape, dtype=c.dtype)
+        else:
+            buf = (torch.randn(shape) if fill is None else torch.full(shape, fill)).to(c.dtype)
+        buf = buf.to(c.device)
+        buf[1:-1] = c
+        inp[name] = buf[1:-1]
+        guards[name] = buf
+    return guards
 
 
-def bits(t):
-    t = t.contiguous()
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+def _run_with_out_of_range_ids(inp, guards, slots):
+    """(guards before, expected inputs, reference outputs, Triton outputs) of a call whose cache_index holds ids
+    ≥ ``slots``: the reference runs with those ids as −1 (not written), the Triton kernel with them as they are."""
+    before = {k: v.clone() for k, v in guards.items()}
+    expect = clone(inp)
+    expect["cache_index"] = torch.where(inp["cache_index"] >= slots, -1, inp["cache_index"])
+    with ops.backend("reference"):
+        want = M.mla_prolog(**expect)
+    return before, expect, want, run(inp)
 
 
 def run(inp, backend="triton"):
@@ -354,12 +371,7 @@ def test_P3_out_of_range_with_checks_off_never_writes_outside(mode, monkeypatch)
     idx[2], idx[4] = slots, 2**40
     idx[5] = slots + inp["kv_cache"].shape[1]      # would land in the upper guard block
     inp["cache_index"] = idx
-    before = {k: v.clone() for k, v in guards.items()}
-    expect = clone(inp)
-    expect["cache_index"] = torch.where(idx >= slots, -1, idx)
-    with ops.backend("reference"):
-        want = M.mla_prolog(**expect)
-    got = run(inp)
+    before, expect, want, got = _run_with_out_of_range_ids(inp, guards, slots)
     for u, v in zip(got, want):
         assert torch.equal(bits(u), bits(v)) or u.dtype != torch.int8 and torch.allclose(u.float(), v.float(), rtol=2e-2,
                                                                                          atol=2e-2)
@@ -560,15 +572,7 @@ def test_P2_P3_cuda_table_row_kernel_writes_nothing_else_with_checks_off(mode, r
     assert not p["query"]["FUSE_ROW"], "the row kernel must run as its own launch here"
     parts = row["parts"]
     assert p["row"]["n_row"] == 7 * parts == p["row"]["grid"] and p["row"]["PARTS"] == parts
-    guards = {}
-    for name in ("kv_cache", "kr_cache"):
-        c = inp[name]
-        buf = torch.randn((c.shape[0] + 2,) + tuple(c.shape[1:])).to(c.dtype) if c.is_floating_point() else \
-            torch.randint(-127, 128, (c.shape[0] + 2,) + tuple(c.shape[1:]), dtype=c.dtype)
-        buf = buf.to(c.device)
-        buf[1:-1] = c
-        inp[name] = buf[1:-1]
-        guards[name] = buf
+    guards = _guard_caches(inp, None)
     slots = inp["kv_cache"].shape[0] * inp["kv_cache"].shape[1]
     idx = inp["cache_index"].clone()
     idx[0], idx[3], idx[6] = -1, slots, slots + inp["kv_cache"].shape[1]
@@ -662,25 +666,12 @@ def _out_of_range_never_writes(mode, seed):
     """Caches inside larger NaN / random buffers (guard blocks), cache ids −1 and ≥ num_slots: only the valid
     rows change (bit for bit elsewhere), outputs and valid rows match the reference."""
     inp = small(mode, T=6, seed=seed)
-    guards = {}
-    for name in ("kv_cache", "kr_cache"):
-        c = inp[name]
-        buf = torch.full((c.shape[0] + 2,) + tuple(c.shape[1:]), float("nan")).to(c.dtype) if c.is_floating_point() \
-            else torch.randint(-127, 128, (c.shape[0] + 2,) + tuple(c.shape[1:]), dtype=c.dtype)
-        buf = buf.to(c.device)
-        buf[1:-1] = c
-        inp[name] = buf[1:-1]
-        guards[name] = buf
+    guards = _guard_caches(inp, float("nan"))
     slots = inp["kv_cache"].shape[0] * inp["kv_cache"].shape[1]
     idx = inp["cache_index"].clone()
     idx[1], idx[2], idx[5] = -1, slots, slots + 3
     inp["cache_index"] = idx
-    before = {k: v.clone() for k, v in guards.items()}
-    expect = clone(inp)
-    expect["cache_index"] = torch.where(idx >= slots, -1, idx)
-    with ops.backend("reference"):
-        want = M.mla_prolog(**expect)
-    got = run(inp)
+    before, expect, want, got = _run_with_out_of_range_ids(inp, guards, slots)
     if got[0].dtype == torch.int8:
         _int8_close(got[0], want[0], "query")
     else:

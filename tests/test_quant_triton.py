@@ -834,6 +834,30 @@ def test_every_table_parses_and_every_bucket_is_reachable():
                 QR.check_row_config(QR.row_config(op, M, t))
 
 
+@_host
+def test_config_grammar_first_match_wins():
+    """ops/triton/_common.py: ranges are inclusive at both ends, null = no upper bound, a bool matches equal, a list
+    of boxes matches when any does, the first matching bucket wins; resolve merges the section's keys under the
+    bucket's; unreachable finds shadowed buckets; check_buckets refuses a table without a final catch-all."""
+    from ops.triton._common import check_buckets, resolve, select
+    b = [{"match": {"M": [1, 16], "N": [0, 2560]}, "config": {"t": "narrow"}},
+         {"match": [{"M": [1, 16]}, {"int8": True}], "config": {"t": "decode-or-int8"}},
+         {"match": {"M": [17, None]}, "config": {"t": "wide"}},
+         {"match": {"M": [100, 200]}, "config": {"t": "shadowed"}},
+         {"config": {"t": "rest"}}]
+    check_buckets(b[:3] + b[4:], "t")
+    got = lambda **d: select(b, **{"N": 0, "int8": False, **d})["t"]   # noqa: E731
+    assert (got(M=1, N=2560), got(M=16, N=2561), got(M=17), got(M=1 << 40), got(M=0), got(M=0, int8=True)) == (
+        "narrow", "decode-or-int8", "wide", "wide", "rest", "decode-or-int8")
+    assert unreachable(b) == [3]
+    assert resolve({"k": 1, "t": "section", "buckets": b}, M=20, N=0, int8=False) == {"k": 1, "t": "wide"}
+    assert resolve({"k": 1}, M=20) == {"k": 1}
+    with pytest.raises(KeyError, match="'N'"):
+        select(b, M=1)
+    with pytest.raises(ValueError, match="last bucket must match every"):
+        check_buckets(b[:3], "t")
+
+
 @pytest.mark.parametrize("table,i", _QMM_BUCKETS, ids=[f"{t}-b{i}" for t, i in _QMM_BUCKETS])
 def test_every_quant_matmul_bucket_runs_right(table, i, gen):
     """Each bucket's config on small shapes with K and N tails (the interpreter runs the CUDA tiles too): equal to
@@ -1758,7 +1782,8 @@ def test_quant_matmul_configs_are_checked_before_any_launch(change, err, match):
 @pytest.mark.parametrize("damage, match", [
     (lambda t: t["quant_matmul"]["buckets"][1]["config"].update(pld=True),
      r"configs/cuda/quant.json quant_matmul bucket 1: unknown"),
-    (lambda t: t["dynamic_quant"].update(max_block_k=1000), r"configs/cuda/quant.json dynamic_quant config 0: "),
+    (lambda t: t["dynamic_quant"]["buckets"][0]["config"].update(max_block_k=1000),
+     r"configs/cuda/quant.json dynamic_quant config 0: "),
     (lambda t: t["quant_matmul"].update(_doc="why"), r"cuda/quant.json.*key '_doc': a config table holds"),
     (lambda t: t["quant_matmul"]["buckets"][-1].update(match={"M": [0, 4]}), "the last bucket must match every"),
     (lambda t: t["quant_matmul"]["buckets"][0].update(match={"M": [4, 1]}), r"match 'M' must be \[lo, hi\]"),
