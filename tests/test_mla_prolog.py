@@ -19,6 +19,7 @@ from ops import mla_prolog as M
 from reference import mla_prolog as R
 from tests.backends import backends_for
 from tests.mla_inputs import bits, clone_inputs, mla_small
+from tests.spec_checks import check_against_reference, spec_shapes
 from tolerances import assert_close
 
 from transformers import DeepseekV3Config
@@ -396,6 +397,19 @@ def _hf_q_rot(inp):
     return q[..., D:]
 
 
+_MLA_SPEC = [(nm, shape) for nm, shape in spec_shapes("mla_prolog", {"T": 2, "B": 1, "S": 2})
+             if shape.get("N", 128) <= 8 and (shape["He"] < 7168 or shape.get("T") == 1)]
+
+
+@pytest.mark.parametrize("be", backends_for("mla_prolog", reference=False))
+@pytest.mark.parametrize("shape_name,shape", _MLA_SPEC, ids=[c[0] for c in _MLA_SPEC])
+def test_spec_inputs_match_the_reference(be, shape_name, shape):
+    """The OpSpec's make_inputs for its named shapes (the DeepSeek width at one token and TP 16, every mode at the
+    small CPU shape): query, query_rope, the scales and both caches within the op's tolerance rows of the
+    reference."""
+    check_against_reference(be, "mla_prolog", shape, torch.bfloat16, torch.Generator().manual_seed(len(shape_name)))
+
+
 def test_k_rope_cache_layout_is_deinterleaved():
     """Byte layout of a kr_cache row: [y0, y2, …, y62, y1, y3, …, y63] where (y2i, y2i+1) is the i-th rotated
     pair of the interleaved input; at position 0 (sin 0, cos 1) that is exactly deinterleave(k_rope input)."""
@@ -554,7 +568,7 @@ def test_static_checks_memoised_on_dtype_shape_device(monkeypatch):
                                  dict(cache_mode=["PA_BSND"])])
 def test_unhashable_scalars_get_the_clear_error(bad):
     # review finding: the static-check memo hashed the scalars first, so these raised "unhashable type: 'list'"
-    err = ValueError if "cache_mode" in bad else TypeError       # a non-number epsilon is a type error (session 8)
+    err = ValueError if "cache_mode" in bad else TypeError       # a non-number epsilon is a type error
     with pytest.raises(err, match=f"{next(iter(bad))}"):
         M.mla_prolog(**dict(small("bf16", T=4), **bad))
 
@@ -647,6 +661,6 @@ def test_make_inputs_fresh_and_valid():
 
 
 def test_make_inputs_refuses_an_odd_rope_dim():
-    """Fuzzing finding (session 9): an odd Dr failed in a raw reshape instead of naming Dr."""
+    """A fuzzing finding: an odd Dr failed in a raw reshape instead of naming Dr."""
     with pytest.raises(ValueError, match="Dr .* must be even"):
         M.make_inputs(dict(T=2, N=1, He=16, Hcq=16, Hckv=16, D=16, Dr=5, block_size=4))

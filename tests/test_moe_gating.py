@@ -16,6 +16,7 @@ from hypothesis import example, given, strategies as st
 
 import ops
 from tests.backends import backends_for, kernel_backends_for
+from tests.spec_checks import check_against_reference, spec_shapes
 from tests.tolerances import assert_close, poisoned_empty
 
 DS = dict(k=8, k_group=4, group_count=8, group_select_mode=1, renorm=0, norm_type=1, routed_scaling_factor=2.5)
@@ -356,8 +357,8 @@ def test_errors_name_the_argument():
         ops.moe_gating.moe_gating_top_k(torch.randn(2, 8), 1, group_count=8, group_select_mode=1)
     with pytest.raises(ValueError, match="k_group"):
         torch.ops.ds.moe_gating_top_k(x, 8, group_count=8, k_group=0)
-    # a scalar that is not a number is a TypeError, as for amla's softmax_scale and the epsilons (session 9: one
-    # check, _library.check_finite_float; it was a ValueError here)
+    # a scalar that is not a number is a TypeError, as for amla's softmax_scale and the epsilons (one check,
+    # _library.check_finite_float)
     for kw in (dict(routed_scaling_factor="2.5"), dict(eps=None), dict(routed_scaling_factor=True)):
         with pytest.raises(TypeError, match=f"{next(iter(kw))} must be a real number"):
             ops.moe_gating.moe_gating_top_k(x, 8, **kw)
@@ -399,6 +400,14 @@ def test_flops_bytes_and_spec(gen):
     assert fc.get_total_flops() == spec.flops(**kw) > 0
     k = ops.moe_gating.moe_gating_top_k.kernels
     assert [(x.backend, x.module, x.attr) for x in k] == [("triton", "ops.triton.moe_gating", "moe_gating_top_k")]
+
+
+@pytest.mark.parametrize("be", kernel_backends_for("moe_gating_top_k"))
+@pytest.mark.parametrize("shape_name,shape", spec_shapes("moe_gating_top_k", {"T": 64}))
+def test_spec_inputs_match_the_reference(be, shape_name, shape, gen):
+    """The OpSpec's make_inputs for its named shapes (tokens capped at 64), fp32 logits: ids exact, weights and
+    norm_out within the fp32 row of the reference."""
+    check_against_reference(be, "moe_gating_top_k", shape, torch.float32, gen)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def test_G4_nan_inf_rows_give_distinct_ids_and_finite_weights(dtype, table, gen)
 
 @pytest.mark.parametrize("norm_type,renorm", [(1, 0), (0, 1)])
 def test_G4_eps_zero_and_a_zero_weight_sum_give_zero_weights(norm_type, renorm, table):
-    # session-7 audit: eps = 0 is accepted; a row whose chosen unbiased weights sum to 0 (finite logits of -200:
+    # an audit finding: eps = 0 is accepted; a row whose chosen unbiased weights sum to 0 (finite logits of -200:
     # sigmoid underflows to 0; NaN; -inf) gave 0/0 = NaN weights in both backends
     x = torch.tensor([[-200.0] * 8, [float("nan")] * 8, [float("-inf")] * 8])
     y, idx, _ = _check(x, k=2, k_group=1, group_count=1, group_select_mode=0, norm_type=norm_type, renorm=renorm,
@@ -218,7 +218,7 @@ def test_supports_reason_and_compile_cases():
     assert MG.supports_reason(x, 8, k_group=4, group_count=8) is None
     assert "pads to more than" in MG.supports_reason(torch.randn(2, 2048), 8)
     assert "2-D" in MG.supports_reason(torch.randn(256), 8)
-    # k_group > group_count: rounds with no candidate left would emit the out-of-range id E (audit, session 6)
+    # k_group > group_count: rounds with no candidate left would emit the out-of-range id E (an audit finding)
     assert "k_group must be in [1, group_count = 2], got 3" in MG.supports_reason(torch.randn(2, 8), 4, k_group=3,
                                                                                   group_count=2)
     assert "k_group" in MG.supports_reason(torch.randn(2, 8), 1, k_group=0, group_count=2)

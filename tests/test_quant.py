@@ -21,6 +21,7 @@ import ops
 from ops import quant as Q
 from reference import quant as R
 from tests.backends import backends_for, kernel_backends_for
+from tests.spec_checks import check_against_reference, spec_shapes
 from tests.tolerances import assert_close, poisoned_empty
 
 F32 = np.float32
@@ -613,6 +614,24 @@ def test_fractal_nz_layout(dtype, n0, K, N, gen):
         if dtype == torch.int8 and K % 16 == 0 and N % n0 == 0:  # the flat offset formula of FRACTAL_NZ (vllm-ascend transdata)
             assert nz.flatten()[32 * k + 32 * K * (n // 32) + n % 32] == w[k, n]
     assert torch.equal(Q.fractal_nz_to_nd(nz, K, N), w)
+
+
+# ----------------------------------------------------------------------------------------------
+# the OpSpec's own inputs (perf's named DeepSeek-V3 shapes at decode token counts) on every backend
+# ----------------------------------------------------------------------------------------------
+_SPEC_CASES = [(name, nm, shape) for name, limit in (("dynamic_quant", {"T": 2}), ("rms_norm_dynamic_quant", {"T": 2}),
+                                                      ("quant_matmul", {"M": 1}))
+               for nm, shape in spec_shapes(name, limit)
+               if name != "quant_matmul" or shape["K"] * shape["N"] <= 16 << 20]
+
+
+@pytest.mark.parametrize("be", kernel_backends_for("quant_matmul"))
+@pytest.mark.parametrize("name,shape_name,shape", _SPEC_CASES, ids=[f"{c[0]}-{c[1]}" for c in _SPEC_CASES])
+def test_spec_inputs_match_the_reference(be, name, shape_name, shape, gen):
+    """Each op on its OpSpec's make_inputs for the named shapes (tokens capped at 2, GEMM rows at 1; GEMMs up to
+    16 Mi weights):
+    every output within the op's tolerance row of the reference."""
+    check_against_reference(be, name, shape, torch.bfloat16, gen)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import example, given, settings, strategies as st
 
 import ops
-from reference import quant as R
 from ops.triton._common import forced_table, unreachable
+from reference import quant as R
 from tests.conftest import record_launches, requires_triton, run_uninterpreted
 from tests.tolerances import assert_close, poisoned_empty
 

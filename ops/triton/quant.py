@@ -262,9 +262,8 @@ def _qmm_kernel(x_ptr, w_ptr, ws_ptr, xs_ptr, bias_ptr, out_ptr, part_ptr, cnt_p
     1 ("swap", swap-AB) = the weight tile is loaded as wT[BLOCK_N, BLOCK_K] and ``accT[BN, BM] = tl.dot(wT,
     trans(x))``, so the weight's N fills the MMA's M slot (wgmma needs 64 rows) and the tokens its N slot; both
     operands stay K-major (int8 wgmma needs that) and the int32 tile is transposed back before the epilogue.
-    Both add exact int32 products: bit-identical results. (The CUDA-core decode GEMV is a kernel of its own,
-    :func:`_qmm_gemv_kernel`; round 5's ``mma: "gemv"`` mode, the persistent ``dynamic`` grid and the
-    ``reduce_unroll`` reduction lost in every H200 sweep and are gone.)
+    Both add exact int32 products: bit-identical results. (The CUDA-core decode GEMV is a kernel of its own:
+    ops.triton.quant_gemv._qmm_gemv_kernel.)
 
     K_BATCH (bucket key ``k_batch``, MMA 0 only; default 1): each BLOCK_K step is K_BATCH slices multiplied as one
     batched dot into K_BATCH accumulators, summed at the end (:func:`_qmm_batched_k`; bit-identical).
