@@ -479,8 +479,8 @@ def test_supports_reason():
 
 
 def test_empty_hidden_size_falls_back_to_the_reference():
-    """He = 0 (token_x [T, 0]): the Triton plan split K by He and died in ZeroDivisionError (review finding, session
-    8). supports_reason now names it, so "auto" runs the reference and an explicit "triton" raises
+    """He = 0 (token_x [T, 0]): the Triton plan split K by He and died in ZeroDivisionError (a review finding).
+    supports_reason now names it, so "auto" runs the reference and an explicit "triton" raises
     BackendUnavailable before anything is written."""
     inp = small("bf16", T=3)
     for k in ("token_x", "weight_dq", "weight_dkv_kr"):          # He = 0: token_x [T, 0], the down weights [0, ·]
