@@ -30,7 +30,8 @@ def assert_int8_close(out: torch.Tensor, ref: torch.Tensor, kind: str, name: str
     (at least one) when the row allows any difference."""
     tol = TOLERANCES[kind]
     d = (out.long().cpu() - ref.long().cpu()).abs()
-    assert int(d.max()) <= tol["lsb"] if d.numel() else True, f"{name}: off by {int(d.max())} LSB"
+    if d.numel():
+        assert int(d.max()) <= tol["lsb"], f"{name}: off by {int(d.max())} LSB"
     if "max_frac" in tol:
         allowed = max(1, math.ceil(tol["max_frac"] * d.numel()))
         assert int((d > 0).sum()) <= allowed, f"{name}: {int((d > 0).sum())} elements differ (≤ {allowed} allowed)"
@@ -39,8 +40,8 @@ def assert_int8_close(out: torch.Tensor, ref: torch.Tensor, kind: str, name: str
 def check_against_reference(be, name: str, shape: dict, dtype: torch.dtype, gen: torch.Generator) -> None:
     """Run op ``name`` on backend ``be`` and on the reference with the same fresh inputs of ``shape`` (the OpSpec's
     make_inputs, dtype ``be.dtype(dtype)``) and compare every output: floats under the op's tolerance row (the
-    output's dtype row for the main output, fp32 for fp32 side outputs), ints exactly or as the row allows, and the
-    mutated arguments (caches) the same way."""
+    output's dtype row), int8 as the op's int8 row allows (±1 LSB at ≤ 1 % for the int8 outputs of a float op),
+    other ints exactly, and the mutated arguments (caches) the same way."""
     spec = ops.SPECS[name]
     inp = spec.make_inputs(shape, dtype=be.dtype(dtype), device="cpu", generator=gen)
     ref_in = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
@@ -60,8 +61,9 @@ def check_against_reference(be, name: str, shape: dict, dtype: torch.dtype, gen:
         if not w.is_floating_point():
             if w.dtype == torch.int8 and spec.tolerance.startswith("int8"):
                 assert_int8_close(g, w, spec.tolerance, what)
-            elif w.dtype == torch.int8:
-                assert_int8_close(g, w, "int8_near_tie", what)   # int8 caches / query: ±1 LSB at near-ties
+            elif w.dtype == torch.int8:   # quantised caches / query of a float op: fp32 sums in another order cross
+                d = (g.long() - w.long()).abs()   # rounding ties: ±1 LSB at ≤ 1 % (as tests/test_mla_prolog_triton.py)
+                assert int(d.max()) <= 1 and int((d > 0).sum()) <= math.ceil(0.01 * d.numel()), what
             else:
                 assert torch.equal(g, w), what
             continue

@@ -537,6 +537,7 @@ def test_plan_reads_shapes_only_and_fills_the_device():
     assert p["down"]["grid"] <= 20 and p["query"]["grid"] <= 20 and p["row"]["grid"] <= 40
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="CUDA-graph capture needs a GPU")
 def test_cuda_graph_capture(monkeypatch):
     monkeypatch.setattr(torch, "empty", _EMPTY)

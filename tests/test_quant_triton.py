@@ -53,7 +53,7 @@ _HOST_TESTS: set = set()
 def _gpu(fn):
     """A test that needs a CUDA device (skipped elsewhere) and runs there without the interpreter."""
     _GPU_TESTS.add(fn.__name__)
-    return pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn)
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn))
 
 
 def _host(fn):
