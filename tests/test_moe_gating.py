@@ -117,12 +117,16 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("be", GATE)
+# the reference with and without a bias, the kernels with one (their no-bias path: tests/test_moe_gating_triton.py)
+_FP64_CASES = [pytest.param(p.values[0], wb, marks=p.marks, id=f"{p.id}-{'bias' if wb else 'nobias'}")
+               for p in GATE for wb in ((True, False) if p.values[0].name == "reference" else (True,))]
+
+
+@pytest.mark.parametrize("be,with_bias", _FP64_CASES)
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 @pytest.mark.parametrize("norm_type,renorm", [(1, 0), (0, 0), (0, 1)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("with_bias", [True, False])
-def test_matches_independent_fp64(be, cfg, norm_type, renorm, dtype, with_bias, gen):
+def test_matches_independent_fp64(be, with_bias, cfg, norm_type, renorm, dtype, gen):
     if be.dtype(dtype) != dtype:
         pytest.skip(f"{be} tests bf16 as fp16 (the fp16 case)")
     c = dict(CONFIGS[cfg])

@@ -622,14 +622,14 @@ def test_fractal_nz_layout(dtype, n0, K, N, gen):
 _SPEC_CASES = [(name, nm, shape) for name, limit in (("dynamic_quant", {"T": 2}), ("rms_norm_dynamic_quant", {"T": 2}),
                                                       ("quant_matmul", {"M": 1}))
                for nm, shape in spec_shapes(name, limit)
-               if name != "quant_matmul" or shape["K"] * shape["N"] <= 16 << 20]
+               if name != "quant_matmul" or nm.startswith(("qkv_a", "moe_down"))]
 
 
 @pytest.mark.parametrize("be", kernel_backends_for("quant_matmul"))
 @pytest.mark.parametrize("name,shape_name,shape", _SPEC_CASES, ids=[f"{c[0]}-{c[1]}" for c in _SPEC_CASES])
 def test_spec_inputs_match_the_reference(be, name, shape_name, shape, gen):
-    """Each op on its OpSpec's make_inputs for the named shapes (tokens capped at 2, GEMM rows at 1; GEMMs up to
-    16 Mi weights):
+    """Each op on its OpSpec's make_inputs for the named shapes (tokens capped at 2; the qkv_a and moe_down GEMMs at
+    one row):
     every output within the op's tolerance row of the reference."""
     check_against_reference(be, name, shape, torch.bfloat16, gen)
 
