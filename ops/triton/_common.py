@@ -4,8 +4,9 @@ Launch configs are data, one JSON file per backend family and op: ``ops/triton/c
 ``<backend>`` "cuda" (NVIDIA), "ascend" (triton-ascend on the 910B; the quant, mla_prolog and moe_gating launchers
 also run it under the CPU interpreter, so CI exercises the Ascend tiles and persistent loops) or "interpreter" (a
 table of its own for the CPU interpreter, where an op has one). A file is an object of *sections* (one per kernel
-or launch: ``"quant_matmul"``, ``"down"``, ...); a section holds the keys shared by all its launches and may hold
-``"buckets"``, a list tried in order, **first match wins**::
+or launch: ``"quant_matmul"``, ``"down"``, ...) beside table-wide keys (``"cores"``); a one-kernel op's file is
+its one section. A section holds the keys shared by all its launches and may hold ``"buckets"``, a list tried in
+order, **first match wins**::
 
     {"match": {"M": [1, 16], "N": [8192, null], "int8": true}, "config": {"BLOCK_M": 16, ...}}
 
@@ -17,8 +18,10 @@ or launch: ``"quant_matmul"``, ``"down"``, ...); a section holds the keys shared
 * No prose, notes or candidates inside (no key starting with ``_``): the measurements behind a table live in
   docs/performance.md.
 
-:func:`select` picks a bucket, :func:`resolve` merges a section's shared keys with its bucket,
-:func:`unreachable` finds buckets that no shape can reach (tests check there are none).
+:func:`load_configs` reads and checks the files, :func:`select` picks a bucket, :func:`resolve` merges a section's
+shared keys with its bucket, :func:`unreachable` / :func:`bounds` find buckets no shape reaches (tests check there
+are none). For tests and tuning: :func:`forced_table` (every launch takes one table), :func:`replaced_configs`
+(other tables for a while), :func:`clear_caches` (forget a module's memoised plans).
 """
 from __future__ import annotations
 
