@@ -11,7 +11,7 @@ import torch
 from reference import moe_gating as _ref
 
 from ._library import DsOp, Kernel, OpSpec, check_finite_float, check_tensor
-from .quant import _bind, lazy_supports
+from .quant import _bind, _lazy_supports
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -99,5 +99,5 @@ SPEC = OpSpec(name="moe_gating_top_k", flops=flops, bytes=bytes_moved, make_inpu
 moe_gating_top_k = DsOp(
     "moe_gating_top_k", _ref.moe_gating_top_k, fake=_fake, check=_check, spec=SPEC,
     kernels=[Kernel("triton", "ops.triton.moe_gating", "moe_gating_top_k", ("cuda", "cpu", "npu"),
-                    supports=lazy_supports("ops.triton.moe_gating", "moe_gating_top_k"))],
+                    supports=_lazy_supports("ops.triton.moe_gating", "moe_gating_top_k"))],
     flop_formula=lambda *a, out_val=None, **kw: flops(**_bind(_ref.moe_gating_top_k, a, kw)))

@@ -43,7 +43,7 @@ def _bind(fn: Callable, args, kwargs) -> dict:
     return dict(b.arguments)
 
 
-def lazy_supports(module: str, fn: str) -> Callable[..., str | None]:
+def _lazy_supports(module: str, fn: str) -> Callable[..., str | None]:
     """``supports`` for a kernel living in ``module``: the import error if it cannot be imported, else
     whatever ``module.supports_reason_<fn>(*args, **kwargs)`` says (None = can run)."""
     def supports(*args, **kwargs) -> str | None:
@@ -120,7 +120,7 @@ SPEC_DYNAMIC_QUANT = OpSpec(
 dynamic_quant = DsOp(
     "dynamic_quant", _ref.dynamic_quant, fake=_fake_dynamic_quant, check=_check_dynamic_quant, spec=SPEC_DYNAMIC_QUANT,
     kernels=[Kernel("triton", "ops.triton.quant", "dynamic_quant", ("cuda", "cpu", "npu"),
-                    supports=lazy_supports("ops.triton.quant", "dynamic_quant"))],
+                    supports=_lazy_supports("ops.triton.quant", "dynamic_quant"))],
     flop_formula=lambda *a, out_val=None, **kw: flops_dynamic_quant(**_bind(_ref.dynamic_quant, a, kw)))
 
 
@@ -189,7 +189,7 @@ rms_norm_dynamic_quant = DsOp(
     "rms_norm_dynamic_quant", _ref.rms_norm_dynamic_quant, fake=_fake_rms_norm_dynamic_quant,
     check=_check_rms_norm_dynamic_quant, spec=SPEC_RMS_NORM_DYNAMIC_QUANT,
     kernels=[Kernel("triton", "ops.triton.quant", "rms_norm_dynamic_quant", ("cuda", "cpu", "npu"),
-                    supports=lazy_supports("ops.triton.quant", "rms_norm_dynamic_quant"))],
+                    supports=_lazy_supports("ops.triton.quant", "rms_norm_dynamic_quant"))],
     flop_formula=lambda *a, out_val=None, **kw: flops_rms_norm_dynamic_quant(**_bind(_ref.rms_norm_dynamic_quant, a, kw)))
 
 
@@ -278,5 +278,5 @@ SPEC_QUANT_MATMUL = OpSpec(
 quant_matmul = DsOp(
     "quant_matmul", _ref.quant_matmul, fake=_fake_quant_matmul, check=_check_quant_matmul, spec=SPEC_QUANT_MATMUL,
     kernels=[Kernel("triton", "ops.triton.quant", "quant_matmul", ("cuda", "cpu", "npu"),
-                    supports=lazy_supports("ops.triton.quant", "quant_matmul"))],
+                    supports=_lazy_supports("ops.triton.quant", "quant_matmul"))],
     flop_formula=lambda *a, out_val=None, **kw: flops_quant_matmul(**_bind(_ref.quant_matmul, a, kw)))

@@ -521,7 +521,7 @@ def test_flop_formula_and_spec(gen):
 
 
 def test_triton_kernel_wiring_is_lazy():
-    reason = Q.lazy_supports("ops.triton.does_not_exist", "quant_matmul")(torch.zeros(1))
+    reason = Q._lazy_supports("ops.triton.does_not_exist", "quant_matmul")(torch.zeros(1))
     assert "not importable" in reason
     for name in ("dynamic_quant", "rms_norm_dynamic_quant", "quant_matmul"):
         op = getattr(ops.quant, name)
