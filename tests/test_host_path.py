@@ -1,7 +1,7 @@
 """The eager host path of the Triton launchers and of DsOp dispatch: memoised launch plans are keyed correctly.
 
 The launchers memoise everything of a launch that depends only on shapes / dtypes / flags / config table /
-core count (ops/triton/*: ``_cached_plan``, ``_cached_launch``, ...). These tests check that a memoised plan is
+core count (``ops.triton._common.clear_caches`` forgets them). These tests check that a memoised plan is
 never reused for a different shape, device (config table, SM count), dtype, mode or stride: every launch a
 warm cache produces equals the launch the same call produces with the caches cleared, and changing any of those
 inputs changes the launch where it should. Kernel launches are replaced by recorders (no kernel runs), so the
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from ops import _library as L
+from ops.triton._common import clear_caches
 from tests.conftest import record_launches as _record, requires_triton
 
 pytestmark = requires_triton
@@ -23,12 +24,14 @@ pytestmark = requires_triton
 # launch recorders
 # ----------------------------------------------------------------------------------------------
 def _clear(*caches):
+    """Each of ``caches``: a launcher module (its memoised plans are forgotten) or a function that forgets them."""
     for c in caches:
-        c.cache_clear()
+        assert c() is None if callable(c) else clear_caches(c) > 0, c
 
 
 def _warm_equals_cold(calls, log, caches):
-    """Each call's launches with warm caches (all calls run twice, in order) == with the caches cleared."""
+    """Each call's launches with warm caches (all calls run twice, in order) == with the launcher modules'
+    caches cleared."""
     cold = []
     for c in calls:
         _clear(*caches)
@@ -71,8 +74,7 @@ def _mla_inputs(mode="bf16", dtype=torch.float16, T=6, N=2, He=64, Hcq=96, seed=
 def test_mla_prolog_cached_launches_keyed_by_shape_dtype_mode_table_cores_strides(monkeypatch):
     from ops.triton import mla_prolog as K
     log = _record(monkeypatch, K, ("_down_kernel", "_row_kernel", "_query_kernel"))
-    cores = {"n": 132}
-    monkeypatch.setattr(K, "_cores", lambda cfg, device: cores["n"])   # stands in for the device's SM count
+    cores = {"n": 132}   # stands in for the device's SM count
     base = _mla_inputs()
     strided = dict(base)
     strided["token_x"] = torch.cat([base["token_x"], base["token_x"]], dim=1)[:, :64]   # row stride 128
@@ -88,12 +90,11 @@ def test_mla_prolog_cached_launches_keyed_by_shape_dtype_mode_table_cores_stride
     }
 
     def call(inp, key):
-        return lambda: K.mla_prolog_config(**inp, backend_key=key)
+        return lambda: K.mla_prolog_config(**inp, backend_key=key, cores=cores["n"] if key == "cuda" else None)
 
     names = list(variants)
     calls = [call(variants[n], key) for key in ("cuda", "ascend") for n in names]
-    caches = (K._cached_plan, K._cached_launch)
-    cold = _warm_equals_cold(calls, log, caches)
+    cold = _warm_equals_cold(calls, log, (K,))
     launches = dict(zip([(key, n) for key in ("cuda", "ascend") for n in names], cold))
     for n in names:            # the config table changes every launch
         assert launches[("cuda", n)] != launches[("ascend", n)], n
@@ -107,28 +108,29 @@ def test_mla_prolog_cached_launches_keyed_by_shape_dtype_mode_table_cores_stride
     assert launches[("cuda", "strided x")][0][2][10] != launches[("cuda", "base")][0][2][10]
     # the device's core count: same shapes on a device with fewer SMs gets another split
     log.clear()
-    K.mla_prolog_config(**_mla_inputs(T=1, He=7168, Hcq=64), backend_key="cuda")
+    K.mla_prolog_config(**_mla_inputs(T=1, He=7168, Hcq=64), backend_key="cuda", cores=132)
     first = list(log)
-    cores["n"] = 20
     log.clear()
-    K.mla_prolog_config(**_mla_inputs(T=1, He=7168, Hcq=64), backend_key="cuda")
+    K.mla_prolog_config(**_mla_inputs(T=1, He=7168, Hcq=64), backend_key="cuda", cores=20)
     assert log != first and log[0][1] != first[0][1]   # down grid (split-K) follows the core count
 
 
-def test_mla_prolog_plan_is_fresh_and_matches_uncached(monkeypatch):
+def test_mla_prolog_plan_is_fresh_and_matches_uncached():
     from ops.triton import mla_prolog as K
-    monkeypatch.setattr(K, "_sm_count", lambda index: {0: 132, 1: 78}[index])
     args = (1, 7168, 1536, 128, 128, 64, 512)
-    p0 = K.plan(*args, torch.device("cuda", 0), backend_key="cuda")
-    p1 = K.plan(*args, torch.device("cuda", 1), backend_key="cuda")
+    cpu = torch.device("cpu")
+    p0 = K.plan(*args, cpu, backend_key="cuda", cores=132)
+    p1 = K.plan(*args, cpu, backend_key="cuda", cores=78)
     assert p0["down"]["SPLIT_K"] != p1["down"]["SPLIT_K"] or p0["down"]["grid"] != p1["down"]["grid"]
     for T in (1, 16, 17, 64, 200):
-        for dev, cores in ((torch.device("cuda", 0), 132), (torch.device("cuda", 1), 78)):
+        for cores in (132, 78):
             for i8d, i8q, ab in ((False, False, 2), (True, True, 2), (False, True, 2), (False, False, 4)):
-                got = K.plan(T, 7168, 1536, 128, 128, 64, 512, dev, int8_down=i8d, int8_query=i8q,
-                             backend_key="cuda", act_bytes=ab)
-                want = K._make_plan(T, 7168, 1536, 128, 128, 64, 512, "cuda", cores, i8d, i8q, ab, None)
-                assert got == want, (T, dev, i8d, i8q, ab)
+                got = K.plan(T, 7168, 1536, 128, 128, 64, 512, cpu, int8_down=i8d, int8_query=i8q,
+                             backend_key="cuda", act_bytes=ab, cores=cores)
+                # overrides that change nothing take the uncached path
+                want = K.plan(T, 7168, 1536, 128, 128, 64, 512, cpu, int8_down=i8d, int8_query=i8q,
+                              backend_key="cuda", act_bytes=ab, cores=cores, overrides={"down": {}})
+                assert got == want, (T, cores, i8d, i8q, ab)
     p = K.plan(*args, torch.device("cpu"), backend_key="cuda", cores=132)
     p["down"]["SPLIT_K"] = -1
     p["query"].clear()
@@ -148,45 +150,57 @@ def _amla_inputs(B=2, S_q=2, N=8, L=300, bs=64, dtype=torch.float16, seed=0):
 def test_amla_cached_plans_keyed_by_shape_table_strides(monkeypatch):
     from ops.triton import amla as A
     log = _record(monkeypatch, A, ("_amla_fwd_kernel", "_amla_merge_kernel"))
-    key = {"k": "interpreter"}
-    monkeypatch.setattr(A, "_backend_key", lambda device: key["k"])
     base = _amla_inputs()
     strided = dict(base)
     strided["q_nope"] = torch.cat([base["q_nope"], base["q_nope"]], dim=0)[::2]   # batch stride doubled
     variants = [base, _amla_inputs(B=3), _amla_inputs(N=16), _amla_inputs(L=1000), _amla_inputs(bs=16),
                 _amla_inputs(S_q=1), strided]
-    calls = []
-    for k in ("interpreter", "ascend", "cuda"):
-        for v in variants:
-            calls.append(lambda v=v, k=k: (key.__setitem__("k", k), A.amla(**{n: v[n] for n in (
-                "q_nope", "q_rope", "kv_cache", "kr_cache", "block_table", "seq_lens", "softmax_scale")})))
-    cold = _warm_equals_cold(calls, log, (A._cached_plan,))
-    n = len(variants)
-    for i in range(n):
-        assert cold[i] != cold[n + i] and cold[n + i] != cold[2 * n + i]
-    for i in range(1, n):
+    calls = [lambda v=v: A.amla(**{n: v[n] for n in ("q_nope", "q_rope", "kv_cache", "kr_cache", "block_table",
+                                                      "seq_lens", "softmax_scale")}) for v in variants]
+    cold = _warm_equals_cold(calls, log, (A,))
+    for i in range(1, len(variants)):
         assert cold[i] != cold[0]
+    # the plans of the other tables differ from the interpreter's for every shape (uncached: config["key"])
+    for v in variants[:-1]:
+        B, S_q, N = v["q_nope"].shape[:3]
+        mk = v["block_table"].shape[1] * v["kv_cache"].shape[1]
+        plans = [A.launch_plan(B, S_q, N, mk, torch.device("cpu"), config={"key": k}, page=v["kv_cache"].shape[1])
+                 for k in ("interpreter", "ascend", "cuda")]
+        assert plans[0] != plans[1] and plans[1] != plans[2]
+        assert plans[0] == A.launch_plan(B, S_q, N, mk, torch.device("cpu"), page=v["kv_cache"].shape[1])
 
 
-def test_amla_launch_plan_device_keyed_and_fresh(monkeypatch):
+def test_amla_launch_plan_is_fresh():
     from ops.triton import amla as A
-    monkeypatch.setattr(A, "_sm_count", lambda device_type, index: {0: 132, 1: 40}[index])
+    cpu = torch.device("cpu")
     for B, S_q, N, mk in ((1, 1, 16, 4096), (8, 2, 16, 4096), (64, 1, 16, 4096), (2, 2, 128, 1 << 15)):
-        for idx, cores in ((0, 132), (1, 40)):
-            for ns in (None, 3):
-                got = A.launch_plan(B, S_q, N, mk, torch.device("cuda", idx), num_splits=ns, page=64)
-                want = A._make_plan(B, S_q, N, mk, torch.device("cuda", idx), None, ns, 64)
-                assert got == want and got["key"] == "cuda"
-                assert got == A._make_plan(B, S_q, N, mk, None, {"key": "cuda", "cores": cores}, ns, 64)
-    a = A.launch_plan(8, 1, 16, 1 << 16, torch.device("cuda", 0))
-    b = A.launch_plan(8, 1, 16, 1 << 16, torch.device("cuda", 1))
-    assert a["num_splits"] != b["num_splits"]      # one SM count's plan is not reused on the other device
+        for ns in (None, 3):
+            got = A.launch_plan(B, S_q, N, mk, cpu, num_splits=ns, page=64)
+            assert got == A.launch_plan(B, S_q, N, mk, cpu, config={"key": "interpreter"}, num_splits=ns, page=64)
+    a = A.launch_plan(8, 1, 16, 1 << 16, cpu)
     a["num_splits"] = -7
-    assert A.launch_plan(8, 1, 16, 1 << 16, torch.device("cuda", 0))["num_splits"] > 0
+    assert A.launch_plan(8, 1, 16, 1 << 16, cpu)["num_splits"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA table's plan follows the device's SM count")
+def test_amla_launch_plan_device_keyed():
+    from ops.triton import amla as A
+    dev = torch.device("cuda", 0)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for B, S_q, N, mk in ((1, 1, 16, 4096), (8, 2, 16, 4096), (64, 1, 16, 4096), (2, 2, 128, 1 << 15)):
+        for ns in (None, 3):
+            got = A.launch_plan(B, S_q, N, mk, dev, num_splits=ns, page=64)
+            assert got == A.launch_plan(B, S_q, N, mk, dev, config={"key": "cuda", "cores": sms}, num_splits=ns,
+                                        page=64) and got["key"] == "cuda"
+    assert A.launch_plan(8, 1, 16, 1 << 16, dev) != A.launch_plan(8, 1, 16, 1 << 16, dev,
+                                                                  config={"key": "cuda", "cores": sms // 4})
 
 
 def test_amla_last_launch_plan_is_a_copy(monkeypatch):
     from ops.triton import amla as A
+    if not hasattr(A, "LAST_LAUNCH"):
+        pytest.skip("ops.triton.amla keeps no record of its last launch")
     _record(monkeypatch, A, ("_amla_fwd_kernel", "_amla_merge_kernel"))
     v = _amla_inputs()
     args = [v[n] for n in ("q_nope", "q_rope", "kv_cache", "kr_cache", "block_table", "seq_lens", "softmax_scale")]
@@ -200,11 +214,10 @@ def test_amla_last_launch_plan_is_a_copy(monkeypatch):
 # quant
 # ----------------------------------------------------------------------------------------------
 def test_quant_cached_launches_keyed_by_shape_table_strides(monkeypatch):
-    from ops.triton import quant as Q
-    log = _record(monkeypatch, Q, ("_dynamic_quant_kernel", "_rms_norm_quant_kernel", "_qmm_kernel",
-                                   "_qmm_epilogue_kernel"))
-    key = {"k": "ascend"}
-    monkeypatch.setattr(Q, "_backend_key", lambda device: key["k"])
+    from ops.triton import quant as Q, quant_gemv as QG, quant_row as QR
+    log = _record(monkeypatch, QR, ("_dynamic_quant_kernel", "_rms_norm_quant_kernel"))
+    log2 = _record(monkeypatch, Q, ("_qmm_kernel", "_qmm_epilogue_kernel"))
+    log3 = _record(monkeypatch, QG, ("_qmm_gemv_kernel",))
     g = torch.Generator().manual_seed(0)
     xs = [torch.randn(M, K, generator=g).to(torch.float16) for M, K in ((1, 64), (5, 64), (5, 3000), (70, 300))]
     xs.append(torch.randn(5, 128, generator=g)[:, ::2])        # strided rows
@@ -217,35 +230,43 @@ def test_quant_cached_launches_keyed_by_shape_table_strides(monkeypatch):
     for k in ("ascend", "cuda"):
         for x in xs:
             gam = torch.rand(x.shape[-1], generator=g)
-            calls.append(lambda x=x, k=k: (key.__setitem__("k", k), Q.dynamic_quant(x)))
-            calls.append(lambda x=x, k=k, gam=gam: (key.__setitem__("k", k), Q.rms_norm_dynamic_quant(x, gam)))
+            calls.append(lambda x=x, k=k: Q.dynamic_quant_config(x, backend_key=k))
+            calls.append(lambda x=x, k=k, gam=gam: Q.rms_norm_dynamic_quant_config(x, gam, backend_key=k))
         for a, w in mms:
             ws, xsc = torch.rand(w.shape[1], generator=g), torch.rand(a.shape[0], generator=g)
-            calls.append(lambda a=a, w=w, ws=ws, xsc=xsc, k=k: (key.__setitem__("k", k), Q.quant_matmul(a, w, ws, xsc)))
-    cold = _warm_equals_cold(calls, log, (Q._cached_row_launch, Q._cached_qmm_plan))
+            calls.append(lambda a=a, w=w, ws=ws, xsc=xsc, k=k: Q.quant_matmul_config(a, w, ws, xsc, backend_key=k))
+
+    class Joined(list):   # the three modules' recorder logs as one (each in call order)
+        def clear(self):
+            for lg in (log, log2, log3):
+                lg.clear()
+
+        def __iter__(self):
+            return iter(log + log2 + log3)
+    cold = _warm_equals_cold(calls, Joined(), (Q.clear_caches,))
     half = len(calls) // 2
     assert all(cold[i] != cold[half + i] for i in range(half))
     assert len({repr(c) for c in cold}) == len(cold)
 
 
-def test_quant_plans_device_keyed_and_fresh(monkeypatch):
-    from ops.triton import quant as Q
-    monkeypatch.setattr(Q, "_sm_count", lambda index: {0: 132, 1: 16}[index])
+def test_quant_plans_keyed_by_split_target_and_fresh():
+    from ops.triton import quant as Q, quant_row as QR
+    cpu = torch.device("cpu")
     for M, N, K in ((1, 2112, 7168), (16, 7168, 2048), (200, 2048, 7168), (4096, 64, 64)):
-        for idx, target in ((0, 132), (1, 16)):
-            dev = torch.device("cuda", idx)
-            got = Q.plan_quant_matmul(M, N, K, dev, backend_key="cuda")
-            assert got == Q._make_qmm_plan(M, N, K, "cuda", None, dev)
-            assert got == Q._make_qmm_plan(M, N, K, "cuda", None, None, target)
-    # M 16, N 4096 takes a split-K ("auto") decode bucket: the split count follows the device's SM count
-    # (M 1 / 2 at K >= 2048 run the streaming GEMV since session 12, which never splits)
-    a = Q.plan_quant_matmul(16, 4096, 7168, torch.device("cuda", 0), backend_key="cuda")
-    b = Q.plan_quant_matmul(16, 4096, 7168, torch.device("cuda", 1), backend_key="cuda")
+        for target in (132, 16):
+            got = Q.plan_quant_matmul(M, N, K, cpu, backend_key="cuda", split_target=target)
+            bucket = Q.bucket(M, N, K, Q.tables()["cuda"]["quant_matmul"])
+            assert got == Q.plan_quant_matmul(M, N, K, cpu, dict(bucket), backend_key="cuda", split_target=target)
+    # a split-K ("auto") decode bucket: the split count follows the split target (the device's SM count)
+    M, N, K = next((m, n, k) for m in (16, 8, 32) for n in (4096, 2048, 7168) for k in (7168, 16384)
+                   if Q.plan_quant_matmul(m, n, k, cpu, backend_key="cuda", split_target=132)["SPLIT_K"] > 1)
+    a = Q.plan_quant_matmul(M, N, K, cpu, backend_key="cuda", split_target=132)
+    b = Q.plan_quant_matmul(M, N, K, cpu, backend_key="cuda", split_target=16)
     assert a["split_k"] == "auto" and a["SPLIT_K"] != b["SPLIT_K"]
     a["SPLIT_K"] = -3
-    assert Q.plan_quant_matmul(16, 4096, 7168, torch.device("cuda", 0), backend_key="cuda")["SPLIT_K"] > 0
-    assert Q._row_launch_for("dynamic_quant", 7, 7168, torch.device("cpu"), None, None) == Q._cached_row_launch.__wrapped__(
-        "dynamic_quant", 7, 7168, "ascend")
+    assert Q.plan_quant_matmul(M, N, K, cpu, backend_key="cuda", split_target=132)["SPLIT_K"] > 0
+    row = QR.row_launch("dynamic_quant", 7, 7168, "ascend")
+    assert row == QR.make_row_launch(QR.row_config("dynamic_quant", 7, "ascend"), 7, 7168)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,7 +294,7 @@ def test_moe_gating_cached_launches_keyed(monkeypatch):
                   lambda key=key: G.moe_gating_top_k_config(x64, 2, backend_key=key),
                   lambda key=key: G.moe_gating_top_k_config(x64, 2, backend_key=key, norm_type=1),
                   lambda key=key: G.moe_gating_top_k_config(xs, 8, bias=bias, backend_key=key, **ds)]
-    cold = _warm_equals_cold(calls, log, (G._cached_launch,))
+    cold = _warm_equals_cold(calls, log, (G,))
     half = len(calls) // 2
     assert len({repr(c) for c in cold[:half]}) == half and len({repr(c) for c in cold[half:]}) == half
     assert cold[1] != cold[half + 1]          # T = 40: the tables' BLOCK_T / grid differ

@@ -17,6 +17,9 @@ from hypothesis import example, given, settings, strategies as st
 import ops
 from ops import mla_prolog as M
 from reference import mla_prolog as R
+from tests.backends import backends_for
+from tests.mla_inputs import bits, clone_inputs, mla_small
+from tests.spec_checks import check_against_reference, spec_shapes
 from tolerances import assert_close
 
 from transformers import DeepseekV3Config
@@ -29,24 +32,13 @@ QUANT_MODES = ("partial", "partial_c8", "a8w8", "a8w8_c8", "bf16_c8")
 
 
 def small(mode="bf16", T=6, N=2, *, bs=16, dtype=torch.bfloat16, seed=0, device="cpu", **kw):
-    shape = dict(T=T, N=N, He=64, Hcq=96, Hckv=512, D=128, Dr=64, block_size=bs, mode=mode, eps=HF_EPS)
-    if "B" in kw:
-        shape.pop("T")
-    shape.update(kw)
-    return M.make_inputs(shape, dtype=dtype, device=device, generator=torch.Generator().manual_seed(seed))
+    return mla_small(mode, T, N, dtype=dtype, device=device, seed=seed, block_size=bs, eps=HF_EPS, **kw)
 
 
-def clone_inputs(inp):
-    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """Bit pattern of a tensor (NaN-safe equality)."""
-    return t.contiguous().view(torch.uint8 if t.element_size() == 1 else torch.int16 if t.element_size() == 2 else torch.int32)
-
-
-def run(inp, backend="reference"):
-    with ops.backend(backend):
+def run(inp, be=None):
+    """mla_prolog on backend ``be`` (a tests.backends.Backend; None: the reference), skipped with the reason where
+    that backend refuses these inputs."""
+    with be.active() if be is not None else ops.backend("reference"):
         try:
             M.mla_prolog.select((), inp)
         except ops.BackendUnavailable as e:
@@ -54,9 +46,7 @@ def run(inp, backend="reference"):
         return M.mla_prolog(**inp)
 
 
-def backend_dtype(backend):
-    # the Triton interpreter computes bf16 tl.dot wrongly: interpreter runs use fp16
-    return torch.float16 if backend == "triton" and not torch.cuda.is_available() else torch.bfloat16
+MLA = backends_for("mla_prolog")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -252,12 +242,12 @@ def test_hypothesis_reference_vs_hf(T, N, bs, mode, fp16, three_d, seed):
 # ----------------------------------------------------------------------------------------------
 # field cases
 # ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("be", MLA)
 @pytest.mark.parametrize("mode", ["bf16", "a8w8", "partial_c8"])
-def test_P1_noncontiguous_token_x(mode, backend):
-    inp = small(mode, T=7, N=2, dtype=backend_dtype(backend))
+def test_P1_noncontiguous_token_x(mode, be):
+    inp = small(mode, T=7, N=2, dtype=be.dtype(torch.bfloat16), device=be.device)
     x = inp["token_x"]
-    wide = torch.zeros(x.shape[0], x.shape[1] + 40, dtype=x.dtype)
+    wide = torch.zeros(x.shape[0], x.shape[1] + 40, dtype=x.dtype, device=x.device)
     wide[:, 24:24 + x.shape[1]] = x
     view = wide[:, 24:24 + x.shape[1]]
     assert not view.is_contiguous() and torch.equal(view, x)
@@ -265,22 +255,22 @@ def test_P1_noncontiguous_token_x(mode, backend):
     b["token_x"] = view
     # also a transposed-storage rope table
     b["rope_sin"] = b["rope_sin"].T.contiguous().T
-    out_a, out_b = run(a, backend), run(b, backend)
+    out_a, out_b = run(a, be), run(b, be)
     for u, v in zip(out_a, out_b):
         assert torch.equal(bits(u), bits(v))
     assert torch.equal(bits(a["kv_cache"]), bits(b["kv_cache"])) and torch.equal(bits(a["kr_cache"]), bits(b["kr_cache"]))
 
 
-@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("be", MLA)
 @pytest.mark.parametrize("fill", ["nan", "random"])
 @pytest.mark.parametrize("mode", ["bf16", "partial_c8", "a8w8_c8"])
-def test_P2_negative_cache_index_not_written(mode, fill, backend):
-    inp = small(mode, T=9, N=2, cache_fill=fill, dtype=backend_dtype(backend))
+def test_P2_negative_cache_index_not_written(mode, fill, be):
+    inp = small(mode, T=9, N=2, cache_fill=fill, dtype=be.dtype(torch.bfloat16), device=be.device)
     idx = inp["cache_index"].clone()
     idx[0], idx[4], idx[8] = -1, -1, -7          # −1 and any other negative id
     inp["cache_index"] = idx
     before = clone_inputs(inp)
-    out = run(inp, backend)
+    out = run(inp, be)
     pos, slots = written(before)
     assert len(pos) >= 1
     # the written rows are the computed values (not left NaN / stale)
@@ -289,24 +279,26 @@ def test_P2_negative_cache_index_not_written(mode, fill, backend):
     check_against_hf(inp, before, out)
 
 
-@pytest.mark.parametrize("backend", ["reference", "triton"])
-def test_P2_all_negative_writes_nothing(backend):
-    inp = small("bf16", T=5, dtype=backend_dtype(backend))
+@pytest.mark.parametrize("be", MLA)
+def test_P2_all_negative_writes_nothing(be):
+    inp = small("bf16", T=5, dtype=be.dtype(torch.bfloat16), device=be.device)
     inp["cache_index"] = torch.full_like(inp["cache_index"], -1)
     before = clone_inputs(inp)
-    q, qr, _ = run(inp, backend)
+    q, qr, _ = run(inp, be)
     assert q.shape == (5, 2, 512) and not torch.isnan(q).any()
     assert torch.equal(bits(inp["kv_cache"]), bits(before["kv_cache"]))
     assert torch.equal(bits(inp["kr_cache"]), bits(before["kr_cache"]))
 
 
+@pytest.mark.parametrize("be", MLA)
 @pytest.mark.parametrize("call", ["eager", "registered"])
 @pytest.mark.parametrize("bad", ["too_big", "huge", "duplicate", "duplicate_3d"])
-def test_P3_bad_cache_index_raises_before_writing(bad, call):
-    inp = small("bf16", T=6, B=2, S=3) if bad == "duplicate_3d" else small("bf16", T=6)
+def test_P3_bad_cache_index_raises_before_writing(bad, call, be):
+    kw = dict(dtype=be.dtype(torch.bfloat16), device=be.device)
+    inp = small("bf16", T=6, B=2, S=3, **kw) if bad == "duplicate_3d" else small("bf16", T=6, **kw)
     slots = inp["kv_cache"].shape[0] * inp["kv_cache"].shape[1]
     idx = inp["cache_index"].reshape(-1).clone()
-    idx[:] = torch.arange(6) * 3
+    idx[:] = torch.arange(6, device=idx.device) * 3
     if bad == "too_big":
         idx[3], want = slots, rf"cache_index\[3\] = {slots} is out of range"
     elif bad == "huge":
@@ -317,31 +309,32 @@ def test_P3_bad_cache_index_raises_before_writing(bad, call):
     inp["cache_index"] = idx.reshape(inp["cache_index"].shape)
     before = clone_inputs(inp)
     fn = M.mla_prolog if call == "eager" else torch.ops.ds.mla_prolog
-    with pytest.raises(ValueError, match=want):
+    with be.active(), pytest.raises(ValueError, match=want):
         fn(**inp)
     assert torch.equal(bits(inp["kv_cache"]), bits(before["kv_cache"]))
     assert torch.equal(bits(inp["kr_cache"]), bits(before["kr_cache"]))
 
 
-def test_P3_out_of_range_with_checks_off_never_writes_outside(monkeypatch):
-    """With DS_OPS_CHECKS=0 there is no error, but the reference writes only in-range ids."""
+@pytest.mark.parametrize("be", MLA)
+def test_P3_out_of_range_with_checks_off_never_writes_outside(monkeypatch, be):
+    """With DS_OPS_CHECKS=0 there is no error, but every backend writes only in-range ids."""
     monkeypatch.setenv("DS_OPS_CHECKS", "0")
-    inp = small("bf16", T=6, cache_fill="random")
+    inp = small("bf16", T=6, cache_fill="random", dtype=be.dtype(torch.bfloat16), device=be.device)
     slots = inp["kv_cache"].shape[0] * inp["kv_cache"].shape[1]
     inp["cache_index"][2] = slots + 5
     before = clone_inputs(inp)
-    out = run(inp)
+    out = run(inp, be)
     before["cache_index"][2] = -1                    # expected: as if it were −1
     check_against_hf(inp, before, out)
 
 
-@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("be", MLA)
 @pytest.mark.parametrize("mode", ["bf16", "partial_c8", "a8w8_c8"])
 @pytest.mark.parametrize("lead", [dict(T=0), dict(B=0, S=1), dict(B=2, S=0)])
-def test_P4_zero_tokens(mode, lead, backend):
-    inp = small(mode, N=2, dtype=backend_dtype(backend), **lead)
+def test_P4_zero_tokens(mode, lead, be):
+    inp = small(mode, N=2, dtype=be.dtype(torch.bfloat16), device=be.device, **lead)
     before = clone_inputs(inp)
-    q, qr, s = run(inp, backend)
+    q, qr, s = run(inp, be)
     shp = tuple(inp["token_x"].shape[:-1])
     assert q.shape == shp + (2, 512) and qr.shape == shp + (2, 64)
     assert s.shape == ((0, 2, 1) if mode == "a8w8_c8" else (0,))
@@ -349,23 +342,23 @@ def test_P4_zero_tokens(mode, lead, backend):
     assert torch.equal(bits(inp["kr_cache"]), bits(before["kr_cache"]))
 
 
-@pytest.mark.parametrize("backend", ["reference", "triton"])
-def test_P5_rope_matches_hf_apply_rotary_pos_emb(backend):
+@pytest.mark.parametrize("be", MLA)
+def test_P5_rope_matches_hf_apply_rotary_pos_emb(be):
     """Interleaved RoPE pairs: q_rope·k_rope from the op equals HF's result, with sin/cos from HF's own
     DeepseekV3RotaryEmbedding and both HF formulations (view/transpose + apply_rotary_pos_emb, and
     apply_rotary_pos_emb_interleave); the caches hold k_rope in HF's (de-interleaved) output order."""
-    dtype = backend_dtype(backend)
-    inp = small("bf16", T=8, N=2, dtype=dtype, seed=3)
-    inp["cache_index"] = torch.arange(8) * 2 + 1
+    dtype = be.dtype(torch.bfloat16)
+    inp = small("bf16", T=8, N=2, dtype=dtype, seed=3, device=be.device)
+    inp["cache_index"] = torch.arange(8, device=be.device) * 2 + 1
     T, Dr = 8, 64
     cfg = DeepseekV3Config(hidden_size=64, num_attention_heads=2, qk_rope_head_dim=Dr, rope_interleave=True,
                            max_position_embeddings=8192)
     rot = DeepseekV3RotaryEmbedding(cfg)
     positions = torch.tensor([[0, 1, 2, 17, 100, 1000, 4095, 8000]])
     cos, sin = rot(torch.zeros(1, dtype=torch.float32), positions)          # [1, T, Dr] cat(freqs, freqs)
-    inp["rope_cos"], inp["rope_sin"] = cos[0].to(dtype), sin[0].to(dtype)
+    inp["rope_cos"], inp["rope_sin"] = cos[0].to(dtype).to(be.device), sin[0].to(dtype).to(be.device)
     before = clone_inputs(inp)
-    q, qr, _ = run(inp, backend)
+    q, qr, _ = run(inp, be)
     # q_rot / k_rot before RoPE (interleaved), from HF's projections in fp64 with the same rounding points
     c, s = inp["rope_cos"].double(), inp["rope_sin"].double()
     with torch.no_grad():
@@ -402,6 +395,19 @@ def _hf_q_rot(inp):
         cqn = norm(cq).to(dt).double()
     q = (cqn @ inp["weight_uq_qr"].double()).to(dt).double().view(x.shape[0], N, -1)
     return q[..., D:]
+
+
+_MLA_SPEC = [(nm, shape) for nm, shape in spec_shapes("mla_prolog", {"T": 2, "B": 1, "S": 2})
+             if shape["He"] < 7168 or (shape.get("T") == 1 and shape.get("N") == 8 and shape["mode"] == "a8w8")]
+
+
+@pytest.mark.parametrize("be", backends_for("mla_prolog", reference=False))
+@pytest.mark.parametrize("shape_name,shape", _MLA_SPEC, ids=[c[0] for c in _MLA_SPEC])
+def test_spec_inputs_match_the_reference(be, shape_name, shape):
+    """The OpSpec's make_inputs for its named shapes (the DeepSeek width at one token, TP 16, A8W8; every mode at
+    the small CPU shape): query, query_rope, the scales and both caches within the op's tolerance rows of the
+    reference."""
+    check_against_reference(be, "mla_prolog", shape, torch.bfloat16, torch.Generator().manual_seed(len(shape_name)))
 
 
 def test_k_rope_cache_layout_is_deinterleaved():
@@ -562,7 +568,7 @@ def test_static_checks_memoised_on_dtype_shape_device(monkeypatch):
                                  dict(cache_mode=["PA_BSND"])])
 def test_unhashable_scalars_get_the_clear_error(bad):
     # review finding: the static-check memo hashed the scalars first, so these raised "unhashable type: 'list'"
-    err = ValueError if "cache_mode" in bad else TypeError       # a non-number epsilon is a type error (session 8)
+    err = ValueError if "cache_mode" in bad else TypeError       # a non-number epsilon is a type error
     with pytest.raises(err, match=f"{next(iter(bad))}"):
         M.mla_prolog(**dict(small("bf16", T=4), **bad))
 
@@ -655,6 +661,6 @@ def test_make_inputs_fresh_and_valid():
 
 
 def test_make_inputs_refuses_an_odd_rope_dim():
-    """Fuzzing finding (session 9): an odd Dr failed in a raw reshape instead of naming Dr."""
+    """A fuzzing finding: an odd Dr failed in a raw reshape instead of naming Dr."""
     with pytest.raises(ValueError, match="Dr .* must be even"):
         M.make_inputs(dict(T=2, N=1, He=16, Hcq=16, Hckv=16, D=16, Dr=5, block_size=4))

@@ -1,8 +1,10 @@
 """ds::moe_gating_top_k: DeepSeek-V3 noaux_tc routing.
 
-The reference is checked against an independent per-row fp64 implementation (plain Python sorting with
-explicit (−score, index) keys), the Hugging Face ``DeepseekV3TopkRouter``, and field cases G1–G6
-(shared/cases.md); R1/R2 (opcheck, torch.compile) at the end.
+Every backend that can run here (tests/backends.py) is checked against an independent per-row fp64
+implementation (plain Python sorting with explicit (−score, index) keys) and the field cases G1–G6 (cases.md),
+outputs poisoned; the reference also against the Hugging Face ``DeepseekV3TopkRouter``; R1/R2 (opcheck,
+torch.compile) at the end. A backend that refuses an input (bf16 logits under the interpreter) skips it with the
+reason.
 """
 from __future__ import annotations
 
@@ -13,16 +15,25 @@ import torch
 from hypothesis import example, given, strategies as st
 
 import ops
-from tests.tolerances import assert_close
+from tests.backends import backends_for, kernel_backends_for
+from tests.spec_checks import check_against_reference, spec_shapes
+from tests.tolerances import assert_close, poisoned_empty
 
 DS = dict(k=8, k_group=4, group_count=8, group_select_mode=1, renorm=0, norm_type=1, routed_scaling_factor=2.5)
+GATE = backends_for("moe_gating_top_k")
+_ACTIVE: list = []   # the backend of the running test (None: the reference)
 
 
 @pytest.fixture(autouse=True)
-def _reference_backend():
-    """These tests pin down the reference semantics; kernels are compared in the kernel section below."""
-    with ops.backend("reference"):
+def _backend(request, monkeypatch):
+    """Tests parametrised by ``be`` run on that backend with poisoned outputs; the others on the reference."""
+    be = request.getfixturevalue("be") if "be" in request.fixturenames else None
+    if be is not None:
+        monkeypatch.setattr(torch, "empty", poisoned_empty)
+    _ACTIVE.append(be)
+    with be.active() if be is not None else ops.backend("reference"):
         yield
+    _ACTIVE.pop()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,7 +94,16 @@ def check_row_invariants(y, idx, E, k, group_count=1, k_group=1, kept_groups=Non
 
 
 def run(x, *args, **kw):
-    return ops.moe_gating.moe_gating_top_k(x, *args, **kw)
+    """moe_gating_top_k on the test's backend (inputs moved to its device, outputs back on the CPU); skipped with the
+    reason where the backend refuses these inputs."""
+    be = _ACTIVE[-1] if _ACTIVE else None
+    if be is None:
+        return ops.moe_gating.moe_gating_top_k(x, *args, **kw)
+    kw = {k: (v.to(be.device) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+    try:
+        return tuple(o.cpu() for o in ops.moe_gating.moe_gating_top_k(x.to(be.device), *args, **kw))
+    except ops.BackendUnavailable as e:
+        pytest.skip(str(e))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -97,18 +117,25 @@ CONFIGS = {
 }
 
 
+# the reference with and without a bias, the kernels with one (their no-bias path: tests/test_moe_gating_triton.py)
+_FP64_CASES = [pytest.param(p.values[0], wb, marks=p.marks, id=f"{p.id}-{'bias' if wb else 'nobias'}")
+               for p in GATE for wb in ((True, False) if p.values[0].name == "reference" else (True,))]
+
+
+@pytest.mark.parametrize("be,with_bias", _FP64_CASES)
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 @pytest.mark.parametrize("norm_type,renorm", [(1, 0), (0, 0), (0, 1)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("with_bias", [True, False])
-def test_matches_independent_fp64(cfg, norm_type, renorm, dtype, with_bias, gen):
+def test_matches_independent_fp64(be, with_bias, cfg, norm_type, renorm, dtype, gen):
+    if be.dtype(dtype) != dtype:
+        pytest.skip(f"{be} tests bf16 as fp16 (the fp16 case)")
     c = dict(CONFIGS[cfg])
     E = c.pop("E")
     T = 33
     x = (2 * torch.randn(T, E, generator=gen)).to(dtype)
     bias = 0.3 * torch.randn(E, generator=gen) if with_bias else None
     kw = dict(c, bias=bias, norm_type=norm_type, renorm=renorm, routed_scaling_factor=2.5)
-    y, idx, norm_out = torch.ops.ds.moe_gating_top_k(x, **kw)
+    y, idx, norm_out = run(x, **kw)
     w64, ids64, s64, b64 = gate64(x, **kw)
     assert y.dtype == dtype and norm_out.dtype == torch.float32 and norm_out.shape == (T, E)
     assert_same_choice(idx, ids64, b64)
@@ -121,7 +148,8 @@ def test_matches_independent_fp64(cfg, norm_type, renorm, dtype, with_bias, gen)
     assert (bsel[:, :-1] >= bsel[:, 1:] - 1e-6).all()
 
 
-def test_softmax_renorm_semantics(gen):
+@pytest.mark.parametrize("be", GATE)
+def test_softmax_renorm_semantics(be, gen):
     x = torch.randn(8, 64, generator=gen)
     y0, i0, s = run(x, k=4, norm_type=0, renorm=0, routed_scaling_factor=2.0)
     y1, i1, _ = run(x, k=4, norm_type=0, renorm=1, routed_scaling_factor=2.0)
@@ -159,7 +187,8 @@ def test_hf_deepseek_v3_topk_router_equivalence(gen):
 # ----------------------------------------------------------------------------------------------
 # field cases G1–G6
 # ----------------------------------------------------------------------------------------------
-def test_G1_large_bias_chooses_but_does_not_weigh(gen):
+@pytest.mark.parametrize("be", GATE)
+def test_G1_large_bias_chooses_but_does_not_weigh(be, gen):
     x = torch.randn(16, 256, generator=gen)
     bias = 0.5 * torch.where(torch.rand(256, generator=gen) < 0.5, -1.0, 1.0)
     y, idx, s = run(x, bias=bias, **DS)
@@ -172,7 +201,8 @@ def test_G1_large_bias_chooses_but_does_not_weigh(gen):
     assert (bias[idx.long()] > 0).float().mean() > 0.8
 
 
-def test_G2_all_negative_biased_scores_never_pick_dropped_groups(gen):
+@pytest.mark.parametrize("be", GATE)
+def test_G2_all_negative_biased_scores_never_pick_dropped_groups(be, gen):
     x = torch.randn(32, 256, generator=gen)
     bias = torch.full((256,), -2.0)
     y, idx, _ = run(x, bias=bias, **DS)
@@ -186,8 +216,9 @@ def test_G2_all_negative_biased_scores_never_pick_dropped_groups(gen):
     assert (zero_masked.topk(8, -1).values == 0).all()
 
 
+@pytest.mark.parametrize("be", GATE)
 @pytest.mark.parametrize("mode,want_ids", [(1, [8, 9]), (0, [0, 1])])
-def test_G3_top2_sum_vs_max_group_ordering(mode, want_ids):
+def test_G3_top2_sum_vs_max_group_ordering(be, mode, want_ids):
     x = torch.full((1, 32), -5.0)
     x[0, 0] = 3.0                     # group 0: one strong expert (max 0.953, top-2 sum 0.959)
     x[0, 8] = x[0, 9] = 2.0           # group 1: two good experts (max 0.881, top-2 sum 1.762)
@@ -195,9 +226,11 @@ def test_G3_top2_sum_vs_max_group_ordering(mode, want_ids):
     assert idx[0].tolist() == want_ids
 
 
+@pytest.mark.parametrize("be", GATE)
 @pytest.mark.parametrize("norm_type", [1, 0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_G4_nan_and_inf_rows(norm_type, dtype, gen):
+def test_G4_nan_and_inf_rows(be, norm_type, dtype, gen):
+    dtype = be.dtype(dtype)
     x = torch.randn(6, 256, generator=gen)
     x[0] = float("nan")
     x[1] = float("inf")
@@ -220,7 +253,8 @@ def test_G4_nan_and_inf_rows(norm_type, dtype, gen):
     assert torch.isnan(norm_out[0]).all()
 
 
-def test_G5_all_equal_logits_go_to_lowest_groups_and_ids():
+@pytest.mark.parametrize("be", GATE)
+def test_G5_all_equal_logits_go_to_lowest_groups_and_ids(be):
     y, idx, _ = run(torch.zeros(3, 256), bias=torch.zeros(256), **DS)
     assert idx.tolist() == [list(range(8))] * 3
     assert torch.allclose(y, torch.full((3, 8), 2.5 / 8))
@@ -230,26 +264,28 @@ def test_G5_all_equal_logits_go_to_lowest_groups_and_ids():
     _, idx, _ = run(torch.zeros(2, 16), 8, bias=torch.zeros(16), k_group=4, group_count=8, group_select_mode=1, norm_type=1)
     assert idx.tolist() == [list(range(8))] * 2
     # ties in bf16 logits too, and equal group scores with distinct experts
-    x = torch.full((1, 256), 0.75).to(torch.bfloat16)
+    x = torch.full((1, 256), 0.75).to(be.dtype(torch.bfloat16))
     _, idx, _ = run(x, bias=torch.zeros(256), **DS)
     assert idx.tolist() == [list(range(8))]
 
 
+@pytest.mark.parametrize("be", GATE)
 @pytest.mark.parametrize("k", [6, 8])
-def test_G6_weights_sum_to_routed_scaling_factor_once(k, gen):
+def test_G6_weights_sum_to_routed_scaling_factor_once(be, k, gen):
     x = 3 * torch.randn(64, 256, generator=gen)
     bias = 0.5 * torch.randn(256, generator=gen)
     y, idx, _ = run(x, bias=bias, **dict(DS, k=k))
     tot = y.double().sum(-1)
     assert (tot - 2.5).abs().max() <= 2.5 * k * 2 ** -23
-    yb, _, _ = run(x.to(torch.bfloat16), bias=bias, **dict(DS, k=k))
+    yb, _, _ = run(x.to(be.dtype(torch.bfloat16)), bias=bias, **dict(DS, k=k))
     assert (yb.double().sum(-1) - 2.5).abs().max() <= 2.5 * k * 2 ** -8
 
 
-def test_zero_and_one_token():
+@pytest.mark.parametrize("be", GATE)
+def test_zero_and_one_token(be):
     for T in (0, 1):
-        y, idx, n = torch.ops.ds.moe_gating_top_k(torch.randn(T, 256), 8, bias=torch.zeros(256), k_group=4, group_count=8,
-                                                  group_select_mode=1, norm_type=1, routed_scaling_factor=2.5)
+        y, idx, n = run(torch.randn(T, 256), 8, bias=torch.zeros(256), k_group=4, group_count=8,
+                        group_select_mode=1, norm_type=1, routed_scaling_factor=2.5)
         assert y.shape == (T, 8) and idx.shape == (T, 8) and n.shape == (T, 256)
 
 
@@ -325,8 +361,8 @@ def test_errors_name_the_argument():
         ops.moe_gating.moe_gating_top_k(torch.randn(2, 8), 1, group_count=8, group_select_mode=1)
     with pytest.raises(ValueError, match="k_group"):
         torch.ops.ds.moe_gating_top_k(x, 8, group_count=8, k_group=0)
-    # a scalar that is not a number is a TypeError, as for amla's softmax_scale and the epsilons (session 9: one
-    # check, _library.check_finite_float; it was a ValueError here)
+    # a scalar that is not a number is a TypeError, as for amla's softmax_scale and the epsilons (one check,
+    # _library.check_finite_float)
     for kw in (dict(routed_scaling_factor="2.5"), dict(eps=None), dict(routed_scaling_factor=True)):
         with pytest.raises(TypeError, match=f"{next(iter(kw))} must be a real number"):
             ops.moe_gating.moe_gating_top_k(x, 8, **kw)
@@ -371,53 +407,28 @@ def test_flops_bytes_and_spec(gen):
                                                           ("ascendc", "ops._ascendc", "moe_gating_top_k")]
 
 
+@pytest.mark.parametrize("be", kernel_backends_for("moe_gating_top_k"))
+@pytest.mark.parametrize("shape_name,shape", spec_shapes("moe_gating_top_k", {"T": 64}))
+def test_spec_inputs_match_the_reference(be, shape_name, shape, gen):
+    """The OpSpec's make_inputs for its named shapes (tokens capped at 64), fp32 logits: ids exact, weights and
+    norm_out within the fp32 row of the reference."""
+    check_against_reference(be, "moe_gating_top_k", shape, torch.float32, gen)
+
+
 # ----------------------------------------------------------------------------------------------
-# kernel (ops.triton.moe_gating; CPU: TRITON_INTERPRET=1) against the same checks
-# (on the GPU when CUDA is available, bf16 logits included; else the interpreter, fp32 logits)
+# kernels (every backend but the reference) on the DeepSeek routing with the field cases together
 # ----------------------------------------------------------------------------------------------
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-KDTYPES = [torch.float32] + ([torch.bfloat16] if DEV == "cuda" else [])
-
-
-def _kernel(*args, **kwargs):
-    args = [a.to(DEV) if isinstance(a, torch.Tensor) else a for a in args]
-    kwargs = {k: (v.to(DEV) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
-    try:
-        with ops.backend("triton"):
-            return tuple(o.cpu() for o in ops.moe_gating.moe_gating_top_k(*args, **kwargs))
-    except ops.BackendUnavailable as e:
-        pytest.skip(str(e))
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize("cfg", list(CONFIGS))
-@pytest.mark.parametrize("norm_type,renorm", [(1, 0), (0, 1)])
-@pytest.mark.parametrize("dtype", KDTYPES)
-def test_kernel_matches_independent(cfg, norm_type, renorm, dtype, gen):
-    c = dict(CONFIGS[cfg])
-    E = c.pop("E")
-    x = (2 * torch.randn(17, E, generator=gen)).to(dtype)
-    kw = dict(c, bias=0.3 * torch.randn(E, generator=gen), norm_type=norm_type, renorm=renorm, routed_scaling_factor=2.5)
-    y, idx, norm_out = _kernel(x, **kw)
-    w64, ids64, s64, b64 = gate64(x, **kw)
-    assert_same_choice(idx, ids64, b64)
-    check_row_invariants(y, idx, E, c["k"])
-    same = (idx.long() == ids64).all(1)
-    assert_close(y[same], w64[same].to(dtype), "fp32" if dtype == torch.float32 else "bf16", name="y")
-    assert_close(norm_out, s64, "fp32", name="norm_out")
-
-
-@pytest.mark.interpreter
-def test_kernel_field_cases_G2_G4_G5_G6(gen):
+@pytest.mark.parametrize("be", kernel_backends_for("moe_gating_top_k"))
+def test_kernel_field_cases_G2_G4_G5_G6(be, gen):
     x = torch.randn(8, 256, generator=gen)
     x[0] = float("nan")
     x[1] = float("inf")
     x[2, :128] = float("nan")
-    y, idx, _ = _kernel(x, bias=torch.full((256,), -2.0), **DS)           # G2 + G4
+    y, idx, _ = run(x, bias=torch.full((256,), -2.0), **DS)           # G2 + G4
     check_row_invariants(y, idx, 256, 8)
     assert (idx[2] >= 128).all() and (y[0] == 0).all()
-    y, idx, _ = _kernel(torch.zeros(2, 256), bias=torch.zeros(256), **DS)  # G5
+    y, idx, _ = run(torch.zeros(2, 256), bias=torch.zeros(256), **DS)  # G5
     assert idx.tolist() == [list(range(8))] * 2
-    for k in (6, 8):                                                       # G6
-        y, _, _ = _kernel(3 * torch.randn(16, 256, generator=gen), bias=0.5 * torch.randn(256, generator=gen), **dict(DS, k=k))
+    for k in (6, 8):                                                   # G6
+        y, _, _ = run(3 * torch.randn(16, 256, generator=gen), bias=0.5 * torch.randn(256, generator=gen), **dict(DS, k=k))
         assert (y.double().sum(-1) - 2.5).abs().max() <= 2.5 * k * 2 ** -23

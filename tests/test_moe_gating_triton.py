@@ -8,8 +8,6 @@ test names. bf16 logits are checked on the H200 (the interpreter rounds fp32 →
 """
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from hypothesis import example, given, settings, strategies as st
@@ -32,24 +30,24 @@ def _poison_and_triton(monkeypatch):
         yield
 
 
+_TABLE: dict = {}   # the launch table (and config override) of the running test: set by the ``table`` fixture
+
+
 @pytest.fixture(params=["ascend", "cuda", "cuda_packed"])
-def table(request, monkeypatch):
-    """The config table the launcher uses. "cuda_packed": the cuda table with ``packed`` (one int64 max per
-    selection round; must give the same ids and weights bit for bit)."""
-    key = request.param.split("_")[0]
-    monkeypatch.setattr(MG, "_backend_key", lambda device: key)
-    if request.param == "cuda_packed":
-        cfgs = copy.deepcopy(MG._all_configs())
-        cfgs["cuda"]["packed"] = True
-        monkeypatch.setattr(MG, "_all_configs", lambda: cfgs)
-    MG._cached_launch.cache_clear()
+def table(request):
+    """The config table the launcher uses. "cuda_packed": the cuda table with ``packed`` forced on (one int64 max
+    per selection round instead of an fp32 max then an int min; the same ids and weights bit for bit)."""
+    key, _, variant = request.param.partition("_")
+    _TABLE.update(backend_key=key, config={"packed": variant == "packed"} if variant else None)
     yield request.param
-    MG._cached_launch.cache_clear()
+    _TABLE.clear()
 
 
 def _gate(x, **kw):
     kw = {**DS, **kw}
     k = kw.pop("k")
+    if _TABLE:
+        return MG.moe_gating_top_k_config(x, k, **_TABLE, **kw)
     return ops.moe_gating.moe_gating_top_k(x, k, **kw)
 
 
@@ -132,7 +130,7 @@ def test_G4_nan_inf_rows_give_distinct_ids_and_finite_weights(dtype, table, gen)
 
 @pytest.mark.parametrize("norm_type,renorm", [(1, 0), (0, 1)])
 def test_G4_eps_zero_and_a_zero_weight_sum_give_zero_weights(norm_type, renorm, table):
-    # session-7 audit: eps = 0 is accepted; a row whose chosen unbiased weights sum to 0 (finite logits of -200:
+    # an audit finding: eps = 0 is accepted; a row whose chosen unbiased weights sum to 0 (finite logits of -200:
     # sigmoid underflows to 0; NaN; -inf) gave 0/0 = NaN weights in both backends
     x = torch.tensor([[-200.0] * 8, [float("nan")] * 8, [float("-inf")] * 8])
     y, idx, _ = _check(x, k=2, k_group=1, group_count=1, group_select_mode=0, norm_type=norm_type, renorm=renorm,
@@ -220,7 +218,7 @@ def test_supports_reason_and_compile_cases():
     assert MG.supports_reason(x, 8, k_group=4, group_count=8) is None
     assert "pads to more than" in MG.supports_reason(torch.randn(2, 2048), 8)
     assert "2-D" in MG.supports_reason(torch.randn(256), 8)
-    # k_group > group_count: rounds with no candidate left would emit the out-of-range id E (audit, session 6)
+    # k_group > group_count: rounds with no candidate left would emit the out-of-range id E (an audit finding)
     assert "k_group must be in [1, group_count = 2], got 3" in MG.supports_reason(torch.randn(2, 8), 4, k_group=3,
                                                                                   group_count=2)
     assert "k_group" in MG.supports_reason(torch.randn(2, 8), 1, k_group=0, group_count=2)
@@ -233,14 +231,16 @@ def test_supports_reason_and_compile_cases():
 
 
 def test_packed_selection_by_logit_width_and_config_errors():
-    """The "cuda" table packs the selection key for 2-byte logits only (bf16 / fp16 faster on the H200, fp32 a bit
-    slower: round 53); true / false force it; any other value is a ValueError naming the key."""
-    for x_bytes, want in ((2, True), (4, False)):
-        _, kw = MG._make_launch(8, 256, 8, 4, 8, 1, 0, 1, True, "cuda", None, x_bytes)
-        assert kw.get("PACKED", False) is want
-    _, kw = MG._make_launch(8, 256, 8, 4, 8, 1, 0, 1, True, "ascend", None, 2)
-    assert "PACKED" not in kw                                              # Ascend keeps the fp32 max / int min
-    _, kw = MG._make_launch(8, 256, 8, 4, 8, 1, 0, 1, True, "cuda", {"packed": True}, 4)
-    assert kw["PACKED"] is True
+    """Config ``packed``: "16bit" packs the selection key for 2-byte logits only, true / false force it; any other
+    value is a ValueError naming the key."""
+    plan = dict(k_group=4, group_count=8, group_select_mode=1, norm_type=1, has_bias=True)
+    for key in ("cuda", "ascend"):
+        for x_bytes, want in ((2, True), (4, False)):
+            _, kw = MG.launch_plan(8, 256, 8, **plan, backend_key=key, config={"packed": "16bit"}, x_bytes=x_bytes)
+            assert kw.get("PACKED", False) is want
+        _, kw = MG.launch_plan(8, 256, 8, **plan, backend_key=key, config={"packed": True}, x_bytes=4)
+        assert kw["PACKED"] is True
+        _, kw = MG.launch_plan(8, 256, 8, **plan, backend_key=key, config={"packed": False}, x_bytes=2)
+        assert "PACKED" not in kw
     with pytest.raises(ValueError, match="packed must be"):
-        MG._make_launch(8, 256, 8, 4, 8, 1, 0, 1, True, "cuda", {"packed": "yes"}, 2)
+        MG.launch_plan(8, 256, 8, **plan, backend_key="cuda", config={"packed": "yes"}, x_bytes=2)

@@ -1,9 +1,12 @@
 """ds::dynamic_quant, ds::rms_norm_dynamic_quant, ds::quant_matmul and the offline weight helpers.
 
-The references are checked against independent numpy fp64 / int64 computations that round to fp32 only
-at the rounding points the spec names (fp64 has ≥ 2·24+2 bits, so rounding an fp64 +,−,×,/ of fp32
-values to fp32 gives the correctly rounded fp32 result: the emulation is exact, not approximate).
-Field cases Q1–Q6 (shared/cases.md) and R1/R2 (opcheck, torch.compile) are named in the test names.
+Every backend that can run here (tests/backends.py: the reference; Triton under the interpreter on CPU or on
+CUDA; the Ascend C twin when built) is checked against independent numpy fp64 / int64 computations that round to
+fp32 only at the rounding points the spec names (fp64 has ≥ 2·24+2 bits, so rounding an fp64 +,−,×,/ of fp32
+values to fp32 gives the correctly rounded fp32 result: the emulation is exact, not approximate); outputs start
+poisoned (NaN / INT_MIN). The reference must match bit for bit; a kernel within the tolerance table
+(ops/tolerances.py: int8 exact, rms_norm_dynamic_quant ±1 LSB at near-ties). Field cases Q1–Q6 (cases.md) and
+R1/R2 (opcheck, torch.compile) are named in the test names.
 """
 from __future__ import annotations
 
@@ -17,16 +20,33 @@ from hypothesis import example, given, strategies as st
 import ops
 from ops import quant as Q
 from reference import quant as R
-from tests.tolerances import assert_close
+from tests.backends import backends_for, kernel_backends_for
+from tests.spec_checks import check_against_reference, spec_shapes
+from tests.tolerances import assert_close, poisoned_empty
 
 F32 = np.float32
+DQ, RMS, QMM = (backends_for(n) for n in ("dynamic_quant", "rms_norm_dynamic_quant", "quant_matmul"))
 
 
 @pytest.fixture(autouse=True)
-def _reference_backend():
-    """These tests pin down the reference semantics; kernels are compared in the kernel section below."""
-    with ops.backend("reference"):
+def _backend(request, monkeypatch):
+    """Tests parametrised by ``be`` run on that backend with poisoned outputs; the others on the reference."""
+    be = request.getfixturevalue("be") if "be" in request.fixturenames else None
+    if be is not None:
+        monkeypatch.setattr(torch, "empty", poisoned_empty)
+    with be.active() if be is not None else ops.backend("reference"):
         yield
+
+
+def on(be, *ts):
+    """``ts`` on the backend's device (None stays None); one tensor alone is returned as it is."""
+    out = [t.to(be.device) if isinstance(t, torch.Tensor) else t for t in ts]
+    return out[0] if len(out) == 1 else out
+
+
+def cpu(*ts):
+    out = [t.cpu() for t in ts]
+    return out[0] if len(out) == 1 else out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -73,12 +93,14 @@ def scales(n, gen):
 # ----------------------------------------------------------------------------------------------
 # dynamic_quant
 # ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("be", DQ)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("smooth", [False, True])
-def test_dynamic_quant_matches_numpy_exactly(dtype, smooth, gen):
+def test_dynamic_quant_matches_numpy_exactly(be, dtype, smooth, gen):
+    dtype = be.dtype(dtype)
     x = (3 * torch.randn(37, 1368, generator=gen)).to(dtype)
     s = (0.25 + torch.rand(1368, generator=gen)) if smooth else None
-    q, scale = ops.quant.dynamic_quant(x, smooth_scales=s)
+    q, scale = cpu(*ops.quant.dynamic_quant(on(be, x), smooth_scales=on(be, s)))
     q_np, scale_np, _ = np_dynamic_quant(x, s)
     assert q.dtype == torch.int8 and scale.dtype == torch.float32
     assert q.shape == x.shape and scale.shape == x.shape[:-1]
@@ -90,8 +112,9 @@ def test_dynamic_quant_matches_numpy_exactly(dtype, smooth, gen):
     assert (err <= scale.double()[:, None] * (0.5 + 1e-5)).all()
 
 
-def test_dynamic_quant_leading_axes_and_noncontiguous(gen):
-    base = torch.randn(3, 5, 300, generator=gen, dtype=torch.float32).to(torch.bfloat16)
+@pytest.mark.parametrize("be", DQ)
+def test_dynamic_quant_leading_axes_and_noncontiguous(be, gen):
+    base = on(be, torch.randn(3, 5, 300, generator=gen, dtype=torch.float32).to(be.dtype(torch.bfloat16)))
     x = base[:, :, 10:210]                                  # non-contiguous view, K = 200
     q, scale = torch.ops.ds.dynamic_quant(x)
     qc, sc = torch.ops.ds.dynamic_quant(x.contiguous())
@@ -99,20 +122,24 @@ def test_dynamic_quant_leading_axes_and_noncontiguous(gen):
     assert torch.equal(q, qc) and torch.equal(scale, sc)
 
 
-def test_Q3_all_zero_row_gives_zero_q_and_zero_scale(gen):
-    x = torch.randn(4, 256, generator=gen).to(torch.bfloat16)
+@pytest.mark.parametrize("be", DQ)
+def test_Q3_all_zero_row_gives_zero_q_and_zero_scale(be, gen):
+    x = torch.randn(4, 256, generator=gen).to(be.dtype(torch.bfloat16))
     x[2] = 0
-    for q, scale in (ops.quant.dynamic_quant(x), ops.quant.dynamic_quant(x, smooth_scales=torch.rand(256, generator=gen) + 0.5)):
+    x, sm = on(be, x, torch.rand(256, generator=gen) + 0.5)
+    for q, scale in (ops.quant.dynamic_quant(x), ops.quant.dynamic_quant(x, smooth_scales=sm)):
         assert torch.isfinite(scale).all()
         assert scale[2] == 0 and (q[2] == 0).all()
         assert (scale[[0, 1, 3]] > 0).all()
     # all-zero row through the fused norm: RmsNorm(0) = 0
-    q, scale, _ = ops.quant.rms_norm_dynamic_quant(x, torch.ones(256, dtype=torch.bfloat16))
+    q, scale, _ = ops.quant.rms_norm_dynamic_quant(x, on(be, torch.ones(256, dtype=x.dtype)))
     assert scale[2] == 0 and (q[2] == 0).all() and torch.isfinite(scale).all()
 
 
+@pytest.mark.parametrize("be", DQ)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_Q4_exact_ties_round_half_to_even(dtype):
+def test_Q4_exact_ties_round_half_to_even(be, dtype):
+    dtype = be.dtype(dtype)
     s = 2.0 ** -4                                        # scale = amax / 127 = s exactly
     row = torch.zeros(16, dtype=torch.float32)
     row[0] = 127 * s
@@ -120,42 +147,49 @@ def test_Q4_exact_ties_round_half_to_even(dtype):
     row[1:1 + len(vals)] = torch.tensor(vals) * s
     x = row.to(dtype)[None].repeat(2, 1)
     assert torch.equal(x.float()[0], row)                # every value representable in dtype
-    q, scale = ops.quant.dynamic_quant(x)
+    x = on(be, x)
+    q, scale = cpu(*ops.quant.dynamic_quant(x))
     assert scale[0].item() == s
     assert q[0, 1:1 + len(vals)].tolist() == [0, 2, -2, 2, 0, 4, -126, 126]
     assert q[0, 0] == 127
     # the same ties reached through smooth_scales (x · 2 with the scale doubling)
-    q2, scale2 = ops.quant.dynamic_quant(x, smooth_scales=torch.full((16,), 2.0))
+    q2, scale2 = cpu(*ops.quant.dynamic_quant(x, smooth_scales=on(be, torch.full((16,), 2.0))))
     assert scale2[0].item() == 2 * s and torch.equal(q2, q)
 
 
-def test_Q5_negative_absmax_gives_minus_127_never_minus_128(gen):
+@pytest.mark.parametrize("be", DQ)
+def test_Q5_negative_absmax_gives_minus_127_never_minus_128(be, gen):
     x = torch.randn(64, 512, generator=gen)
     x[:, 7] = -10.0 - torch.rand(64, generator=gen)     # the absmax element of each row is negative
-    for dtype in (torch.bfloat16, torch.float32):
+    x = on(be, x)
+    for dtype in (be.dtype(torch.bfloat16), torch.float32):
         q, _ = ops.quant.dynamic_quant(x.to(dtype))
         assert (q[:, 7] == -127).all()
         assert q.min() >= -127
-    q, _, _ = ops.quant.rms_norm_dynamic_quant(x, torch.ones(512))
+    q, _, _ = ops.quant.rms_norm_dynamic_quant(x, on(be, torch.ones(512)))
     assert (q[:, 7] == -127).all() and q.min() >= -127
 
 
-def test_Q6_zero_tokens_give_empty_outputs():
+@pytest.mark.parametrize("be", QMM)
+def test_Q6_zero_tokens_give_empty_outputs(be):
     K = 1536
-    x = torch.empty(0, K, dtype=torch.bfloat16)
-    q, scale = torch.ops.ds.dynamic_quant(x, smooth_scales=torch.ones(K))
+    dt = be.dtype(torch.bfloat16)
+    x = on(be, torch.zeros(0, K, dtype=dt))
+    q, scale = torch.ops.ds.dynamic_quant(x, smooth_scales=on(be, torch.ones(K)))
     assert q.shape == (0, K) and q.dtype == torch.int8 and scale.shape == (0,)
-    q, scale, r = torch.ops.ds.rms_norm_dynamic_quant(x, torch.ones(K), residual=x.clone())
-    assert q.shape == (0, K) and scale.shape == (0,) and r.shape == (0, K) and r.dtype == torch.bfloat16
-    out = torch.ops.ds.quant_matmul(torch.empty(0, K, dtype=torch.int8), torch.zeros(K, 576, dtype=torch.int8),
-                                    torch.ones(576), torch.empty(0))
-    assert out.shape == (0, 576) and out.dtype == torch.bfloat16
+    q, scale, r = torch.ops.ds.rms_norm_dynamic_quant(x, on(be, torch.ones(K)), residual=x.clone())
+    assert q.shape == (0, K) and scale.shape == (0,) and r.shape == (0, K) and r.dtype == dt
+    out = torch.ops.ds.quant_matmul(*on(be, torch.zeros(0, K, dtype=torch.int8), torch.zeros(K, 576, dtype=torch.int8),
+                                        torch.ones(576), torch.zeros(0)), out_dtype=dt)
+    assert out.shape == (0, 576) and out.dtype == dt
 
 
-def test_nan_and_inf_rows_zero_that_row_only(gen):
+@pytest.mark.parametrize("be", DQ)
+def test_nan_and_inf_rows_zero_that_row_only(be, gen):
     x = torch.randn(5, 128, generator=gen)
     x[1, 3] = float("nan")
     x[3, 5] = float("inf")
+    x = on(be, x)
     q, scale = ops.quant.dynamic_quant(x)
     assert torch.isnan(scale[1]) and (q[1] == 0).all()
     assert scale[3] == float("inf") and (q[3] == 0).all()
@@ -178,18 +212,21 @@ def np_rms_norm_dynamic_quant(x, gamma, eps, residual, smooth):
     return np_quant_rows(n.astype(F32)), s
 
 
+@pytest.mark.parametrize("be", RMS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("smooth", [False, True])
-def test_rms_norm_dynamic_quant_matches_numpy(dtype, residual, smooth, gen):
+def test_rms_norm_dynamic_quant_matches_numpy(be, dtype, residual, smooth, gen):
     T, H = 24, 1536
+    dtype = be.dtype(dtype)
     x = torch.randn(T, H, generator=gen).to(dtype)
     r = torch.randn(T, H, generator=gen).to(dtype) if residual else None
     gamma = (0.5 + torch.rand(H, generator=gen)).to(dtype)
     s = (0.5 + torch.rand(H, generator=gen)) if smooth else None
     # an epsilon that matters when smooth is on (1e-6 against mean(x²) ≈ 1 hides where it is added: mutation audit)
     eps = 0.75 if smooth else 1e-6
-    q, scale, r_out = torch.ops.ds.rms_norm_dynamic_quant(x, gamma, epsilon=eps, residual=r, smooth_scales=s)
+    q, scale, r_out = cpu(*torch.ops.ds.rms_norm_dynamic_quant(*on(be, x, gamma), epsilon=eps, residual=on(be, r),
+                                                               smooth_scales=on(be, s)))
     (q_np, scale_np, t_np), s_np = np_rms_norm_dynamic_quant(x, gamma, eps, r, s)
     # residual_out: the fp32 sum rounded once to x.dtype
     assert r_out.dtype == dtype and r_out.shape == x.shape
@@ -220,45 +257,58 @@ def test_rms_norm_dynamic_quant_normed_value_not_rounded_to_x_dtype(gen):
     assert not torch.equal(q, q16)
 
 
-def test_rms_norm_dynamic_quant_without_residual_returns_a_copy(gen):
-    x = torch.randn(3, 64, generator=gen)
-    _, _, r = ops.quant.rms_norm_dynamic_quant(x, torch.ones(64))
+@pytest.mark.parametrize("be", RMS)
+def test_rms_norm_dynamic_quant_without_residual_returns_a_copy(be, gen):
+    x, g = on(be, torch.randn(3, 64, generator=gen), torch.ones(64))
+    _, _, r = ops.quant.rms_norm_dynamic_quant(x, g)
     assert torch.equal(r, x) and r.data_ptr() != x.data_ptr()
-    _, _, r = torch.ops.ds.rms_norm_dynamic_quant(x, torch.ones(64))
+    _, _, r = torch.ops.ds.rms_norm_dynamic_quant(x, g)
     assert torch.equal(r, x) and r.data_ptr() != x.data_ptr()
 
 
 # ----------------------------------------------------------------------------------------------
 # quant_matmul
 # ----------------------------------------------------------------------------------------------
-def check_quant_matmul(x, w, ws, xs, bias=None, out_dtype=torch.bfloat16, op=None):
+def check_quant_matmul(x, w, ws, xs, bias=None, out_dtype=torch.bfloat16, op=None, be=None):
+    """quant_matmul on backend ``be`` (None: the active one, CPU tensors) against the int64 / fp64 emulation: the
+    reference bit for bit (the spec's fp32 epilogue rounded once to out_dtype), a kernel within the tolerance of
+    out_dtype."""
     op = op or torch.ops.ds.quant_matmul
-    out = op(x, w, ws, xs, bias=bias, out_dtype=out_dtype)
-    ref64, acc = i64_quant_matmul(x, w, ws, xs, bias)
+    if be is not None:
+        out_dtype = be.dtype(out_dtype)
+    dev = be.device if be is not None else "cpu"
+    out = op(*(t.to(dev) for t in (x, w, ws, xs)), bias=bias.to(dev) if bias is not None else None,
+             out_dtype=out_dtype)
     assert out.shape == (x.shape[0], w.shape[1]) and out.dtype == out_dtype and out.is_contiguous()
-    # the spec's fp32 epilogue, emulated in fp64, rounded once to out_dtype: bit-exact
-    assert torch.equal(out, ref64.float().to(out_dtype))
+    out = out.cpu()
+    ref64, acc = i64_quant_matmul(x, w, ws, xs, bias)
+    if be is None or be.name == "reference":
+        assert torch.equal(out, ref64.float().to(out_dtype))
     if out.numel():
-        assert_close(out, ref64, "bf16" if out_dtype != torch.float32 else "fp32")
+        kind = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[out_dtype]
+        assert_close(out, ref64, kind if be is not None and be.name != "reference" else
+                     "bf16" if out_dtype != torch.float32 else "fp32")
     return out, acc
 
 
+@pytest.mark.parametrize("be", QMM)
 @pytest.mark.parametrize("M", [0, 1, 2, 15, 16, 17])
-def test_Q1_token_counts(M, gen):
+def test_Q1_token_counts(be, M, gen):
     K, N = 320, 192
     x, w = rand_int8(M, K, gen=gen), rand_int8(K, N, gen=gen)
-    check_quant_matmul(x, w, scales(N, gen), scales(M, gen))
-    xq = torch.randn(M, K, generator=gen).to(torch.bfloat16)
-    q, s = torch.ops.ds.dynamic_quant(xq)
+    check_quant_matmul(x, w, scales(N, gen), scales(M, gen), be=be)
+    xq = torch.randn(M, K, generator=gen).to(be.dtype(torch.bfloat16))
+    q, s = cpu(*torch.ops.ds.dynamic_quant(on(be, xq)))
     q_np, s_np, _ = np_dynamic_quant(xq, None)
     assert torch.equal(q, torch.from_numpy(q_np)) and torch.equal(s, torch.from_numpy(s_np))
 
 
+@pytest.mark.parametrize("be", QMM)
 @pytest.mark.parametrize("K,N", [(1368, 2112), (1368, 576), (7168, 576)])
-def test_Q2_widths_not_multiple_of_tiles(K, N, gen):
+def test_Q2_widths_not_multiple_of_tiles(be, K, N, gen):
     M = 5
     x, w = rand_int8(M, K, gen=gen), rand_int8(K, N, gen=gen)
-    check_quant_matmul(x, w, scales(N, gen), scales(M, gen), bias=torch.randn(N, generator=gen))
+    check_quant_matmul(x, w, scales(N, gen), scales(M, gen), bias=torch.randn(N, generator=gen), be=be)
 
 
 def test_exact_int32_accumulation_at_the_extremes(gen):
@@ -277,23 +327,26 @@ def test_exact_int32_accumulation_at_the_extremes(gen):
     assert torch.equal(R.int8_matmul_exact(xr, wr), xr.long() @ wr.long())
 
 
+@pytest.mark.parametrize("be", QMM)
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("bias_dtype", [None, torch.float32, torch.bfloat16])
-def test_quant_matmul_dtypes_and_bias(out_dtype, bias_dtype, gen):
+def test_quant_matmul_dtypes_and_bias(be, out_dtype, bias_dtype, gen):
     M, K, N = 9, 250, 70
-    bias = None if bias_dtype is None else torch.randn(N, generator=gen).to(bias_dtype)
+    bias = None if bias_dtype is None else torch.randn(N, generator=gen).to(be.dtype(bias_dtype))
     check_quant_matmul(rand_int8(M, K, gen=gen), rand_int8(K, N, gen=gen), scales(N, gen), scales(M, gen), bias=bias,
-                       out_dtype=out_dtype)
+                       out_dtype=out_dtype, be=be)
 
 
-def test_quant_matmul_any_weight_strides(gen):
+@pytest.mark.parametrize("be", QMM)
+def test_quant_matmul_any_weight_strides(be, gen):
     M, K, N = 6, 200, 48
-    x, w = rand_int8(M, K, gen=gen), rand_int8(K, N, gen=gen)
-    ws, xs = scales(N, gen), scales(M, gen)
-    want = torch.ops.ds.quant_matmul(x, w, ws, xs)
-    wide = rand_int8(K, 3 * N, gen=gen)
+    x, w = on(be, rand_int8(M, K, gen=gen), rand_int8(K, N, gen=gen))
+    ws, xs = on(be, scales(N, gen), scales(M, gen))
+    od = be.dtype(torch.bfloat16)
+    want = torch.ops.ds.quant_matmul(x, w, ws, xs, out_dtype=od)
+    wide = on(be, rand_int8(K, 3 * N, gen=gen))
     wide[:, N:2 * N] = w
-    step = rand_int8(2 * K, N, gen=gen)
+    step = on(be, rand_int8(2 * K, N, gen=gen))
     step[::2] = w
     views = {
         "k_major (pack_weight cuda)": R.pack_weight(w, "cuda"),
@@ -305,21 +358,22 @@ def test_quant_matmul_any_weight_strides(gen):
     for name, v in views.items():
         assert torch.equal(v, w), name
         for op in (torch.ops.ds.quant_matmul, ops.quant.quant_matmul):
-            assert torch.equal(op(x, v, ws, xs), want), name
+            assert torch.equal(op(x, v, ws, xs, out_dtype=od), want), name
     # non-contiguous activations too
-    xw = rand_int8(M, 2 * K, gen=gen)
+    xw = on(be, rand_int8(M, 2 * K, gen=gen))
     xw[:, ::2] = x
-    assert torch.equal(torch.ops.ds.quant_matmul(xw[:, ::2], w, ws, xs), want)
+    assert torch.equal(torch.ops.ds.quant_matmul(xw[:, ::2], w, ws, xs, out_dtype=od), want)
 
 
-def test_w8a8_pipeline_approximates_the_float_gemm(gen):
+@pytest.mark.parametrize("be", QMM)
+def test_w8a8_pipeline_approximates_the_float_gemm(be, gen):
     """dynamic_quant → quant_matmul with a per-channel quantised weight ≈ x @ W (SQNR-style sanity check)."""
     M, K, N = 16, 1024, 256
     x = torch.randn(M, K, generator=gen)
     W = torch.randn(K, N, generator=gen) / K ** 0.5
     wq, ws = R.quantize_weight_per_channel(W)
-    xq, xs = ops.quant.dynamic_quant(x)
-    out = ops.quant.quant_matmul(xq, wq, ws, xs, out_dtype=torch.float32)
+    xq, xs = ops.quant.dynamic_quant(on(be, x))
+    out = ops.quant.quant_matmul(xq, *on(be, wq, ws), xs, out_dtype=torch.float32).cpu()
     ref = x @ W
     sqnr = 10 * math.log10(float((ref ** 2).sum() / ((out - ref) ** 2).sum()))
     assert sqnr > 30, sqnr
@@ -335,22 +389,24 @@ _EDGE = [1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257]
        N=st.sampled_from(_EDGE + [576]), bias=st.booleans(), seed=st.integers(0, 2 ** 16))
 @example(M=0, K=1, N=1, bias=False, seed=0)
 @example(M=17, K=1368, N=576, bias=True, seed=1)
-def test_quant_matmul_hypothesis(M, K, N, bias, seed):
+@pytest.mark.parametrize("be", QMM)
+def test_quant_matmul_hypothesis(be, M, K, N, bias, seed):
     g = torch.Generator().manual_seed(seed)
     x, w = rand_int8(M, K, gen=g, lo=-128), rand_int8(K, N, gen=g, lo=-128)
     if seed % 2:
         w = R.pack_weight(w, "cuda")
-    check_quant_matmul(x, w, scales(N, g), scales(M, g), bias=torch.randn(N, generator=g) if bias else None)
+    check_quant_matmul(x, w, scales(N, g), scales(M, g), bias=torch.randn(N, generator=g) if bias else None, be=be)
 
 
 @given(T=st.sampled_from([0, 1, 2, 7, 16, 17]), K=st.sampled_from(_EDGE + [1368, 2048]), smooth=st.booleans(),
        dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32]), seed=st.integers(0, 2 ** 16))
 @example(T=1, K=1, smooth=True, dtype=torch.bfloat16, seed=0)
-def test_dynamic_quant_hypothesis(T, K, smooth, dtype, seed):
+@pytest.mark.parametrize("be", DQ)
+def test_dynamic_quant_hypothesis(be, T, K, smooth, dtype, seed):
     g = torch.Generator().manual_seed(seed)
-    x = (torch.randn(T, K, generator=g) * 10 ** torch.empty(T, 1).uniform_(-3, 3, generator=g)).to(dtype)
+    x = (torch.randn(T, K, generator=g) * 10 ** torch.empty(T, 1).uniform_(-3, 3, generator=g)).to(be.dtype(dtype))
     s = (0.25 + torch.rand(K, generator=g)) if smooth else None
-    q, scale = torch.ops.ds.dynamic_quant(x, smooth_scales=s)
+    q, scale = cpu(*torch.ops.ds.dynamic_quant(on(be, x), smooth_scales=on(be, s)))
     q_np, s_np, _ = np_dynamic_quant(x, s)
     assert torch.equal(q, torch.from_numpy(q_np)) and torch.equal(scale, torch.from_numpy(s_np))
     if T and K:
@@ -561,101 +617,100 @@ def test_fractal_nz_layout(dtype, n0, K, N, gen):
 
 
 # ----------------------------------------------------------------------------------------------
-# kernels (ops.triton.quant; CPU: TRITON_INTERPRET=1) against the same independent checks.
-# On a CUDA machine they run on the GPU (bf16 included); on CPU under the interpreter with fp16/fp32
-# inputs only, as the interpreter's bf16 arithmetic is not trustworthy (DESIGN).
+# the OpSpec's own inputs (perf's named DeepSeek-V3 shapes at decode token counts) on every backend
 # ----------------------------------------------------------------------------------------------
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-KDTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if DEV == "cuda" else [])
+_SPEC_CASES = [(name, nm, shape) for name, limit in (("dynamic_quant", {"T": 2}), ("rms_norm_dynamic_quant", {"T": 2}),
+                                                      ("quant_matmul", {"M": 1}))
+               for nm, shape in spec_shapes(name, limit)
+               if name != "quant_matmul" or nm.startswith(("qkv_a", "moe_down"))]
 
 
-def _dev(*ts):
-    return [t.to(DEV) if isinstance(t, torch.Tensor) else t for t in ts]
+@pytest.mark.parametrize("be", kernel_backends_for("quant_matmul"))
+@pytest.mark.parametrize("name,shape_name,shape", _SPEC_CASES, ids=[f"{c[0]}-{c[1]}" for c in _SPEC_CASES])
+def test_spec_inputs_match_the_reference(be, name, shape_name, shape, gen):
+    """Each op on its OpSpec's make_inputs for the named shapes (tokens capped at 2; the qkv_a and moe_down GEMMs at
+    one row):
+    every output within the op's tolerance row of the reference."""
+    check_against_reference(be, name, shape, torch.bfloat16, gen)
 
 
-def _cpu(out):
-    return tuple(o.cpu() for o in out) if isinstance(out, tuple) else out.cpu()
-
-
-def _kernel(op, *args, **kwargs):
-    args = _dev(*args)
-    kwargs = dict(zip(kwargs, _dev(*kwargs.values())))
-    try:
-        with ops.backend("triton"):
-            return _cpu(op(*args, **kwargs))
-    except ops.BackendUnavailable as e:
-        pytest.skip(str(e))
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize("dtype", KDTYPES)
+# ----------------------------------------------------------------------------------------------
+# kernels (every backend but the reference) on larger rows and the field cases together
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("be", kernel_backends_for("dynamic_quant"))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("smooth", [False, True])
-def test_kernel_dynamic_quant_is_bit_exact(dtype, smooth, gen):
+def test_kernel_dynamic_quant_is_bit_exact(be, dtype, smooth, gen):
+    if be.dtype(dtype) != dtype:
+        pytest.skip(f"{be} tests bf16 as fp16 (the fp16 case)")
     x = (3 * torch.randn(19, 1368, generator=gen)).to(dtype)
     x[3] = 0                                                  # Q3
     x[5, 11] = -50.0                                          # Q5
     x[7, 2] = float("nan")
     s = (0.25 + torch.rand(1368, generator=gen)) if smooth else None
-    q, scale = _kernel(ops.quant.dynamic_quant, x, smooth_scales=s)
+    q, scale = cpu(*ops.quant.dynamic_quant(on(be, x), smooth_scales=on(be, s)))
     q_np, s_np, _ = np_dynamic_quant(x, s)
     assert torch.equal(q, torch.from_numpy(q_np))
     assert torch.equal(scale.nan_to_num(-1.0), torch.from_numpy(s_np).nan_to_num(-1.0))
     # Q4 ties and Q6 empty input
     row = torch.zeros(1, 16)
     row[0, :4] = torch.tensor([127, 0.5, 1.5, -2.5]) * 2 ** -4
-    q, _ = _kernel(ops.quant.dynamic_quant, row.to(dtype))
+    q, _ = cpu(*ops.quant.dynamic_quant(on(be, row.to(dtype))))
     assert q[0, :4].tolist() == [127, 0, 2, -2]
-    q, scale = _kernel(ops.quant.dynamic_quant, torch.empty(0, 64, dtype=dtype))
+    q, scale = ops.quant.dynamic_quant(on(be, torch.zeros(0, 64, dtype=dtype)))
     assert q.shape == (0, 64) and scale.shape == (0,)
 
 
-@pytest.mark.interpreter
+@pytest.mark.parametrize("be", kernel_backends_for("rms_norm_dynamic_quant"))
 @pytest.mark.parametrize("residual", [False, True])
-@pytest.mark.parametrize("dtype", KDTYPES)
-def test_kernel_rms_norm_dynamic_quant(residual, dtype, gen):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16])
+def test_kernel_rms_norm_dynamic_quant(be, residual, dtype, gen):
+    if be.dtype(dtype) != dtype:
+        pytest.skip(f"{be} tests bf16 as fp16 (the fp16 case)")
     T, H = 7, 1536
     x = torch.randn(T, H, generator=gen).to(dtype)
     r = torch.randn(T, H, generator=gen).to(dtype) if residual else None
     g = (0.5 + torch.rand(H, generator=gen)).to(dtype)
     s = 0.5 + torch.rand(H, generator=gen)
-    q, scale, ro = _kernel(ops.quant.rms_norm_dynamic_quant, x, g, residual=r, smooth_scales=s)
-    q0, scale0, ro0 = ops.quant.rms_norm_dynamic_quant(x, g, residual=r, smooth_scales=s)
+    q, scale, ro = cpu(*ops.quant.rms_norm_dynamic_quant(*on(be, x, g), residual=on(be, r), smooth_scales=on(be, s)))
+    with ops.backend("reference"):
+        q0, scale0, ro0 = ops.quant.rms_norm_dynamic_quant(x, g, residual=r, smooth_scales=s)
     assert torch.equal(ro, ro0)
     assert_close(scale, scale0, "fp32", name="scale")
     assert (q.long() - q0.long()).abs().max() <= 1             # ±1 LSB: fp32 reduction order
     assert (q != q0).float().mean() < 1e-3
 
 
-@pytest.mark.interpreter
+@pytest.mark.parametrize("be", kernel_backends_for("quant_matmul"))
 @pytest.mark.parametrize("M", [0, 1, 2, 15, 16, 17])
-def test_kernel_quant_matmul_Q1(M, gen):
+def test_kernel_quant_matmul_Q1(be, M, gen):
     K, N = 160, 96
     x, w = rand_int8(M, K, gen=gen), rand_int8(K, N, gen=gen)
     ws, xs = scales(N, gen), scales(M, gen)
-    out = _kernel(ops.quant.quant_matmul, x, R.pack_weight(w, "cuda"), ws, xs, out_dtype=torch.float32)
+    out = ops.quant.quant_matmul(*on(be, x, R.pack_weight(w, "cuda"), ws, xs), out_dtype=torch.float32).cpu()
     ref64, _ = i64_quant_matmul(x, w, ws, xs)
     assert out.shape == (M, N)
     if M:
         assert_close(out, ref64, "fp32")
 
 
-@pytest.mark.interpreter
+@pytest.mark.parametrize("be", kernel_backends_for("quant_matmul"))
 @pytest.mark.parametrize("K,N", [(1368, 576), (200, 2112)])
-def test_kernel_quant_matmul_Q2_and_strides(K, N, gen):
+def test_kernel_quant_matmul_Q2_and_strides(be, K, N, gen):
     M = 3
     x, w = rand_int8(M, K, gen=gen), rand_int8(K, N, gen=gen)
     ws, xs, b = scales(N, gen), scales(M, gen), torch.randn(N, generator=gen)
     ref64, _ = i64_quant_matmul(x, w, ws, xs, b)
     for wv in (w, R.pack_weight(w, "cuda")):
-        for od in KDTYPES:
-            out = _kernel(ops.quant.quant_matmul, x, wv, ws, xs, bias=b, out_dtype=od)
+        for od in sorted({be.dtype(d) for d in (torch.float16, torch.float32, torch.bfloat16)}, key=str):
+            out = ops.quant.quant_matmul(*on(be, x, wv, ws, xs), bias=on(be, b), out_dtype=od).cpu()
             assert out.dtype == od
             assert_close(out, ref64, "fp32" if od == torch.float32 else "bf16")
 
 
 def test_epsilon_of_the_wrong_type_is_a_type_error():
     """A tensor or bool epsilon was reported as a bad value ("must be a finite float >= 0, got tensor(1e-06)"):
-    the problem is its type (new-user finding, session 8)."""
+    the problem is its type (a new-user finding)."""
     x, gamma = torch.randn(2, 16), torch.rand(16) + 0.5
     for eps in (torch.tensor(1e-6), True, "1e-6"):
         with pytest.raises(TypeError, match="epsilon must be a real number"):
@@ -672,7 +727,7 @@ def test_rms_norm_dynamic_quant_rejects_bad_epsilon(eps):
 
 def test_numpy_scalars_are_accepted_as_floats():
     """np.float32 is a real number but not a Python float: epsilon / softmax_scale given as numpy scalars were
-    rejected (review note, session 8). Same results as the Python float."""
+    rejected (a review note). Same results as the Python float."""
     import numpy as np
     x, gamma = torch.randn(2, 16), torch.rand(16) + 0.5
     a = ops.quant.rms_norm_dynamic_quant(x, gamma, epsilon=np.float32(1e-6))

@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import example, given, settings, strategies as st
 
 import ops
+from ops.triton._common import forced_table, unreachable
 from reference import quant as R
 from tests.conftest import record_launches, requires_triton, run_uninterpreted
 from tests.tolerances import assert_close, poisoned_empty
@@ -28,6 +28,19 @@ from tests.tolerances import assert_close, poisoned_empty
 pytestmark = [requires_triton, pytest.mark.interpreter]
 
 T = pytest.importorskip("ops.triton.quant")
+QR = pytest.importorskip("ops.triton.quant_row")
+QC = pytest.importorskip("ops.triton._quant_common")
+_CPU = torch.device("cpu")
+
+
+def _kname(case: dict) -> str:
+    """The name of a compile case's kernel (JITFunction / InterpretedFunction keep the Python function in .fn)."""
+    return getattr(case["fn"], "fn", case["fn"]).__name__
+
+
+def _row_launch(op: str, M: int, K: int, key: str) -> tuple:
+    """The row launch tuple of table ``key`` for M × K, computed afresh (not the memoised one)."""
+    return QR.make_row_launch(QR.row_config(op, M, key), M, K)
 
 # The kernels here run on CPU tensors, which needs the interpreter (conftest sets TRITON_INTERPRET=1 only when
 # there is no CUDA device). On a CUDA machine those tests are skipped; the ones marked @_gpu (CUDA graphs, bf16 on
@@ -40,7 +53,7 @@ _HOST_TESTS: set = set()
 def _gpu(fn):
     """A test that needs a CUDA device (skipped elsewhere) and runs there without the interpreter."""
     _GPU_TESTS.add(fn.__name__)
-    return pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn)
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn))
 
 
 def _host(fn):
@@ -66,10 +79,17 @@ def _poison_and_triton(request, monkeypatch):
 
 
 @pytest.fixture(params=["ascend", "cuda"])
-def table(request, monkeypatch):
-    """Which config table the launcher uses (the CPU normally picks "ascend")."""
-    monkeypatch.setattr(T, "_backend_key", lambda device: request.param)
-    return request.param
+def table(request):
+    """Which config table the launchers use (the CPU normally picks "ascend")."""
+    with forced_table(request.param):
+        yield request.param
+
+
+@pytest.fixture
+def cuda_table():
+    """The launchers use the "cuda" table (its tiles, run by the interpreter)."""
+    with forced_table("cuda"):
+        yield "cuda"
 
 
 def _dq(x, s=None):
@@ -206,7 +226,7 @@ def test_rms_norm_dynamic_quant_vs_reference(H, residual, smooth, table, gen):
 @pytest.mark.parametrize("H", [64, 5000])              # one row tile, and the multi-sweep path
 def test_rms_norm_dynamic_quant_epsilon_matters(eps, H, table, gen):
     """An epsilon comparable to mean(x²) (the usual 1e-6 hides a dropped epsilon, one added outside the sqrt, or the
-    wrong one: mutation audit, session 9). q does not depend on the rms; the scale does, and is checked against an
+    wrong one: a mutation audit). q does not depend on the rms; the scale does, and is checked against an
     independent fp64 formula as well as the reference."""
     x = (0.5 * torch.randn(4, H, generator=gen)).half()
     g = (0.5 + torch.rand(H, generator=gen)).half()
@@ -327,7 +347,7 @@ def test_split_k_is_used_for_small_m():
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_zero_k_runs_the_epilogue_like_the_reference(bias, table):
-    # session-7 audit: with K = 0 the launcher copied bias (or zeros) without the scales, so an inf / NaN scale gave 0
+    # an audit finding: with K = 0 the launcher copied bias (or zeros) without the scales, so an inf / NaN scale gave 0
     # where the reference (and the kernel for any K > 0 whose accumulator is 0) gives 0 · inf = NaN
     x, w = torch.empty(3, 0, dtype=torch.int8), torch.empty(0, 4, dtype=torch.int8)
     ws = torch.tensor([1.0, 2.0, float("nan"), 0.5])
@@ -392,7 +412,7 @@ def test_supports_reason(gen):
     assert "int8" in T.supports_reason_quant_matmul(xi.float(), torch.zeros(8, 4, dtype=torch.int8), torch.ones(4), torch.ones(2))
     # the kernel's K bound is the op's: the largest K whose int8 products cannot overflow the int32 accumulator
     from reference.quant import _K_MAX_INT32
-    assert T._K_MAX == _K_MAX_INT32 == 131071
+    assert T.K_MAX == _K_MAX_INT32 == 131071
     for K, ok in ((_K_MAX_INT32, True), (_K_MAX_INT32 + 1, False)):
         xk, wk = torch.zeros(1, K, dtype=torch.int8), torch.zeros(K, 1, dtype=torch.int8)
         r = T.supports_reason_quant_matmul(xk, wk, torch.ones(1), torch.ones(1), out_dtype=torch.float32)
@@ -403,14 +423,14 @@ def test_supports_reason(gen):
 def test_gemv_split_k_reduce_compiles_for_cuda_with_m_specialised_to_1():
     """On CUDA a launch with M = 1 turns M into the constant 1 (the GEMV kernel specialises M), where ``M.to(...)``
     fails to compile. The interpreter never specialises, and the shipped tables do not split the M = 1 GEMV, so only
-    an sm_90 compile of the split-K "atomic" cases shows it (session-6 review: it broke quant_matmul_config with
+    an sm_90 compile of the split-K "atomic" cases shows it (a review finding: it broke quant_matmul_config with
     split_k > 1 at M = 1 on the GPU). Compiled in a subprocess without TRITON_INTERPRET."""
     code = (
-        "import triton, ops.triton.quant as T\n"
+        "import triton, ops.triton.quant_gemv as G\n"
         "from triton.backends.compiler import GPUTarget\n"
-        "b = dict(max_m=1, max_n=2560, BLOCK_M=4, BLOCK_N=1, BLOCK_K=1024, GROUP_M=1, num_warps=1, num_stages=1,\n"
+        "b = dict(BLOCK_M=4, BLOCK_N=1, BLOCK_K=1024, GROUP_M=1, num_warps=1, num_stages=1,\n"
         "         split_k='auto', reduce='atomic', mma='gemv_stream', programs_per_sm=16, dp4a=True)\n"
-        "cases = [c for c in T._gemv_stream_cases(b, 'cuda') if c['constexprs']['REDUCE']]\n"
+        "cases = [c for c in G.gemv_stream_cases(b, 1, 'm1', 'cuda') if c['constexprs']['REDUCE']]\n"
         "assert cases and all(c['constexprs'].get('M') == 1 for c in cases)\n"
         "for c in cases:\n"
         "    triton.compile(triton.compiler.ASTSource(c['fn'], c['signature'], c['constexprs']),\n"
@@ -423,7 +443,7 @@ def test_gemv_split_k_reduce_compiles_for_cuda_with_m_specialised_to_1():
 def test_bf16_outputs_refused_under_the_interpreter_auto_falls_back(gen):
     """The interpreter truncates fp32 → bf16 (the GPU rounds to nearest even): on the CPU a bf16 quant_matmul out,
     rms_norm_dynamic_quant residual_out and moe_gating_top_k y are refused by the Triton backend with the reason,
-    and "auto" takes the reference, bit for bit (session-6 fresh-user audit: half the elements were 1 ulp off)."""
+    and "auto" takes the reference, bit for bit (a fresh-user audit: half the elements were 1 ulp off)."""
     from ops.moe_gating import moe_gating_top_k
     import ops.triton.moe_gating as MGT
     from reference import moe_gating as RG
@@ -452,24 +472,17 @@ def test_bf16_outputs_refused_under_the_interpreter_auto_falls_back(gen):
 
 
 @_host
-def test_configs_are_data_for_both_backends_and_fit_ascend_buffers():
-    with open(os.path.join(os.path.dirname(T.__file__), "configs", "quant.json")) as f:
-        cfg = json.load(f)
-    assert set(cfg) >= {"cuda", "ascend"}
-    for key in ("cuda", "ascend"):
-        buckets = cfg[key]["quant_matmul"]["buckets"]
-        plain = [b for b in buckets if "min_n" not in b]     # min_n buckets are a filter placed before the rest
-        assert [b["max_m"] for b in plain] == sorted(b["max_m"] for b in plain)
-        for b in buckets:
-            if b.get("mma") == "gemv_stream":   # CUDA-core decode GEMV: narrow row tiles, at most 4 tokens
-                assert b["BLOCK_K"] % 16 == 0 and int(b["max_m"]) <= 4 and b["BLOCK_N"] >= 1
-                continue
-            assert b["BLOCK_K"] % 32 == 0 and b["BLOCK_M"] >= 16 and b["BLOCK_N"] >= 16
-    for b in cfg["ascend"]["quant_matmul"]["buckets"]:
-        assert b["BLOCK_M"] * b["BLOCK_N"] * 4 <= 64 << 10, "int32 accumulator must leave L0C room (128 KiB)"
-        assert (b["BLOCK_M"] + b["BLOCK_N"]) * b["BLOCK_K"] * 2 <= 512 << 10, "double-buffered tiles in L1"
+def test_ascend_tables_fit_the_910b_buffers():
+    """Every Ascend quant_matmul bucket leaves L0C room for its int32 accumulator and double-buffers its tiles in L1;
+    the row ops keep ≈8 live fp32 tiles in the 192 KiB UB (limits of the hardware, whatever the tuning)."""
+    t = T.tables()["ascend"]
+    for b in t["quant_matmul"]["buckets"]:
+        c = b["config"]
+        assert c["BLOCK_M"] * c["BLOCK_N"] * 4 <= 64 << 10, "int32 accumulator must leave L0C room (128 KiB)"
+        assert (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 2 <= 512 << 10, "double-buffered tiles in L1"
     for op in ("dynamic_quant", "rms_norm_dynamic_quant"):
-        assert cfg["ascend"][op]["tile_elems"] * 4 * 8 <= 192 << 10, "≈8 live fp32 tiles in the 192 KiB UB"
+        for M in (1, 16, 64, 4096):
+            assert QR.row_config(op, M, "ascend")["tile_elems"] * 4 * 8 <= 192 << 10, "≈8 fp32 tiles in the UB"
 
 
 @_host
@@ -477,8 +490,9 @@ def test_ascend_compile_cases_match_the_kernels():
     cases = T.ascend_compile_cases()
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)) and len(cases) >= 10
-    fns = {c["fn"] for c in cases}
-    assert {T._dynamic_quant_kernel, T._rms_norm_quant_kernel, T._qmm_kernel, T._qmm_epilogue_kernel} <= fns
+    assert {_kname(c) for c in cases} == {"_qmm_kernel", "_qmm_epilogue_kernel"}
+    cases = cases + QR.ascend_compile_cases()
+    assert {_kname(c) for c in QR.ascend_compile_cases()} == {"_dynamic_quant_kernel", "_rms_norm_quant_kernel"}
     for c in cases:
         params = c["fn"].arg_names
         assert list(c["signature"]) == params, c["name"]
@@ -582,17 +596,6 @@ def test_fast_rms_norm_dynamic_quant_is_bit_identical_to_div_rn(tiles, gen):
     assert outs[1][1][3] == 0 and (outs[1][0][3] == 0).all()
 
 
-@_host
-def test_cuda_row_buckets_pick_by_token_count():
-    small = T._cached_row_launch.__wrapped__("dynamic_quant", 16, 7168, "cuda")
-    large = T._cached_row_launch.__wrapped__("dynamic_quant", 4096, 7168, "cuda")
-    assert small[6] and large[6], "CUDA uses the fast quotient path"
-    cfg = T._all_configs()["cuda"]["dynamic_quant"]["buckets"]
-    assert [b["max_m"] for b in cfg] == sorted(b["max_m"] for b in cfg)
-    assert T._row_bucket(T._all_configs()["ascend"]["dynamic_quant"], 5) is T._all_configs()["ascend"]["dynamic_quant"]
-    assert not T._cached_row_launch.__wrapped__("dynamic_quant", 4096, 7168, "ascend")[6], "Ascend keeps div_rn"
-
-
 @pytest.mark.parametrize("M,K,N,split", [(1, 2048, 96, 4), (3, 1536, 200, 3), (17, 1024, 40, 2), (40, 3000, 100, 5)])
 def test_split_k_atomic_reduction_equals_two_kernel_and_reference(M, K, N, split, gen):
     """In-kernel split-K (last-arriving split sums, int32 counters): bit-identical to the two-kernel path
@@ -607,7 +610,7 @@ def test_split_k_atomic_reduction_equals_two_kernel_and_reference(M, K, N, split
         outs[red] = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
     assert torch.equal(outs["kernel"], outs["atomic"])
     assert_close(outs["atomic"], ref, "fp32")
-    buf, _ = T._COUNTERS[("cpu", None)]
+    buf, _ = QC.COUNTERS[("cpu", None)]
     assert int(buf.abs().sum()) == 0, "split-K counters must be reset by the reducing program"
 
 
@@ -630,86 +633,29 @@ def test_mask_m_rows_past_m_masked_not_wrapped(M, K, N, split, even, gen):
 
 
 @_host
-def test_decode_buckets_by_n():
-    """The "cuda" table's M <= 16 decode buckets: N <= 2560 (qkv_a 2112, moe_gate 2048) the streaming GEMV at M = 1
-    and M = 2, at M 3..16 one 16-column tile per program over all of K with x rows masked past M (43 % of copy
-    bandwidth on the H200 vs 38 % for the split-K BN64 tile); wider N keeps the BN64 split-K tile unless M <= 2 and
-    K >= 2048 (session 12: the streaming GEMV there too)."""
-    cpu = torch.device("cpu")
-    # M = 1 (qkv_a K7168 N2112, moe_gate K7168 N2048): the table's first bucket, the streaming GEMV (6.03 us on the
-    # H200 for qkv_a, perf/bench_quant_gating.py m1_gemv), one split, dp4a
-    for n in (2112, 2048):
-        p = T.plan_quant_matmul(1, n, 7168, cpu, backend_key="cuda")
-        assert p["mma"] == "gemv_stream" and p["dp4a"] and p["SPLIT_K"] == 1 and not p.get("mask_m"), p
-        assert (p["BLOCK_N"], p["BLOCK_K"]) == (_GEMV_BUCKET["BLOCK_N"], _GEMV_BUCKET["BLOCK_K"]), p
-    # M = 2: the second streaming GEMV bucket (4-row tiles, 4 warps, 4 programs per SM, prefetch; 6.71 vs 8.38 us for
-    # qkv_a on the H200, sweep 8), one split, dp4a
-    for n in (2112, 2048):
-        p = T.plan_quant_matmul(2, n, 7168, cpu, backend_key="cuda")
-        assert p["mma"] == "gemv_stream" and p["dp4a"] and p["prefetch"] and p["SPLIT_K"] == 1, p
-        assert (p["BLOCK_N"], p["BLOCK_K"], p["num_warps"], p["programs_per_sm"]) == (4, 1024, 4, 4), p
-        assert not p.get("mask_m"), p
-    # M 3..16: one 16-column tile per program over all of K, x rows masked past M
-    for m in (3, 4, 16):
-        p = T.plan_quant_matmul(m, 2112, 7168, cpu, backend_key="cuda")
-        assert (p["BLOCK_N"], p["SPLIT_K"], p["mask_m"]) == (16, 1, True) and p.get("mma", "dot") == "dot", (m, p)
-    for m in (1, 2, 16):
-        for n, k in ((4096, 7168), (7168, 16384), (24576, 1536)):
-            p = T.plan_quant_matmul(m, n, k, cpu, backend_key="cuda")
-            if m <= 2 and k >= 2048:   # session 12: the streaming GEMV for wide N too when K >= 2048
-                assert p["mma"] == "gemv_stream" and p["SPLIT_K"] == 1 and p["BLOCK_N"] == (1 if m == 1 else 4), p
-                assert p["programs_per_sm"] == (16 if m == 1 else 8), p
-                continue
-            assert p["BLOCK_N"] == 64 and not p.get("mask_m", False) and p.get("mma", "dot") == "dot", (m, n, p)
-    assert T.plan_quant_matmul(17, 2112, 7168, cpu, backend_key="cuda")["BLOCK_M"] == 32
-    # M 65..128, N <= 2560: BM64 BN32 BK256, 6 stages, no K split once the tiles fill the SMs (qkv_a M128 12.18 ->
-    # 11.56 us against two splits, session 12); fewer columns still split (auto)
-    for m in (65, 96, 128):
-        p = T.plan_quant_matmul(m, 2112, 7168, cpu, backend_key="cuda")
-        assert (p["BLOCK_M"], p["BLOCK_N"], p["num_stages"], p["SPLIT_K"]) == (64, 32, 6, 1), (m, p)
-    assert T._make_qmm_plan(128, 1024, 7168, "cuda", None, None, 132)["SPLIT_K"] == 2   # 64 tiles on 132 SMs
-    assert T._make_qmm_plan(128, 2112, 7168, "cuda", None, None, 132)["SPLIT_K"] == 1
-    assert T.plan_quant_matmul(128, 7168, 2048, cpu, backend_key="cuda")["BLOCK_M"] == 128
-
-
-@_host
 def test_split_target_per_bucket_and_counter_regions():
     b = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=5, split_k="auto")
     p1 = T.plan_quant_matmul(1, 2112, 7168, torch.device("cpu"), b, backend_key="cuda")
     p2 = T.plan_quant_matmul(1, 2112, 7168, torch.device("cpu"), dict(b, split_target=264), backend_key="cuda")
     assert p1["SPLIT_K"] == 1 and p2["SPLIT_K"] == 7, "the bucket's split_target (264 // 33 = 8 → 7 BLOCK_K-aligned splits)"
-    c1 = T._counters(torch.device("cpu"), 33)
-    c2 = T._counters(torch.device("cpu"), 200)
+    c1 = QC.counters(torch.device("cpu"), 33)
+    c2 = QC.counters(torch.device("cpu"), 200)
     assert c1.data_ptr() == c2.data_ptr() and c1.numel() >= 200, "one region per stream, reused"
-    big = T._counters(torch.device("cpu"), T._CNT_REGION + 1)
-    assert big.numel() == T._CNT_REGION + 1 and int(big.abs().sum()) == 0
-
-
-@_host
-def test_qmm_bucket_min_n_picks_wide_n_tiles():
-    """Buckets may name min_n: on CUDA, M 33..128 with N ≥ 8192 (q_b, N = 24576) takes the BLOCK_N 64 / BLOCK_K 128
-    tiles the H200 sweep measured fastest there (13.6 vs 18.4 µs at M = 64), narrow N keeps its own bucket."""
-    from ops.triton.quant import _all_configs, _bucket
-    cfg = _all_configs()["cuda"]["quant_matmul"]
-    wide, narrow = _bucket(64, cfg, 24576), _bucket(64, cfg, 2112)
-    assert (wide["BLOCK_N"], wide["BLOCK_K"], wide["min_n"]) == (64, 128, 8192)
-    assert "min_n" not in narrow and narrow["max_m"] == 64 and narrow["BLOCK_N"] == 32
-    assert _bucket(16, cfg, 24576)["max_m"] == 16              # decode M ≤ 16 keeps its bucket whatever N
-    assert _bucket(128, cfg, 24576)["BLOCK_M"] == 128 and _bucket(128, cfg, 24576)["min_n"] == 8192
-    assert _bucket(64, cfg)["max_m"] == 64 and "min_n" not in _bucket(64, cfg)   # N unknown: no min_n bucket
+    big = QC.counters(torch.device("cpu"), QC.CNT_REGION + 1)
+    assert big.numel() == QC.CNT_REGION + 1 and int(big.abs().sum()) == 0
 
 
 # ----------------------------------------------------------------------------------------------
-# audit 2026-11-30: the CUDA fast paths against the field cases and adversarial inputs
+# the CUDA fast paths against the field cases and adversarial inputs
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("M", [1, 2, 15, 16, 17])
 @pytest.mark.parametrize("mask_m", [False, True])
 def test_Q1_token_counts_through_the_atomic_split_k_reduction(M, mask_m, gen):
-    """Q1 through the in-kernel (last-arriving split) reduction with the "cuda" table's split-K decode bucket (the
-    one wide-N GEMMs take at M <= 16; test_Q1_token_counts' K = 256 never splits), x rows wrapped or masked:
-    bit-identical to the reference."""
+    """Q1 through the in-kernel (last-arriving split) reduction with a split-K decode tile (test_Q1_token_counts'
+    K = 256 never splits), x rows wrapped or masked: bit-identical to the reference."""
     K, N = 1536, 72
-    b = dict(T._bucket(M, T._all_configs()["cuda"]["quant_matmul"], 1 << 14), mask_m=mask_m)
+    b = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3, split_k=3, reduce="atomic",
+             mask_m=mask_m)
     plan = T.plan_quant_matmul(M, N, K, torch.device("cpu"), b, backend_key="cuda")
     assert plan["SPLIT_K"] > 1 and plan["reduce"] == "atomic", plan
     x, w, ws, xs, bias = _qmm_inputs(M, K, N, gen, bias=True)
@@ -720,14 +666,14 @@ def test_Q1_token_counts_through_the_atomic_split_k_reduction(M, mask_m, gen):
 def test_split_k_counters_survive_changing_shapes_and_overflowing_the_region(gen, monkeypatch):
     """Consecutive atomic split-K calls with different M / N (tile counts below, above and again below a counter
     region, the ones above take a fresh buffer): every result exact, the shared region left at zero each time."""
-    monkeypatch.setattr(T, "_CNT_REGION", 4)
-    monkeypatch.setattr(T, "_COUNTERS", {})
+    monkeypatch.setattr(QC, "CNT_REGION", 4)
+    monkeypatch.setattr(QC, "COUNTERS", {})
     cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=3, split_k=3, reduce="atomic")
     for M, N in ((3, 40), (20, 90), (1, 16), (33, 50), (5, 64)):   # tiles 3, 12, 1, 12, 4
         x, w, ws, xs, b = _qmm_inputs(M, 700, N, gen, bias=True)
         out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg, backend_key="cuda")
         assert torch.equal(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)), (M, N)
-        buf, _ = T._COUNTERS[("cpu", None)]
+        buf, _ = QC.COUNTERS[("cpu", None)]
         assert int(buf.abs().sum()) == 0, (M, N)
 
 
@@ -770,16 +716,18 @@ def test_fast_quotient_adversarial_rows_and_smooth_scales(gen):
             assert torch.equal(sc.nan_to_num(nan=-1.0), rs.nan_to_num(nan=-1.0))
 
 
+_ATOMIC_SPLIT = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3, split_k=4,
+                     reduce="atomic")
+
+
 def _cuda_atomic_split_k_case(M: int, seed: int):
-    """(dev, x, w, ws, xs, bias, plan) of a K7168 N2112 decode GEMM on CUDA; skips unless the CUDA table picks the
-    atomic split-K path for it."""
+    """(dev, x, w, ws, xs, bias, plan) of a K7168 N4096 decode GEMM on CUDA with the atomic split-K config."""
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(seed)
-    K, N = 7168, 4096   # N = 2112 takes the unsplit mask_m bucket at M <= 16 (test_gpu_split_k_helper_shape_splits)
+    K, N = 7168, 4096
     x, w, ws, xs, b = (t.to(dev) if t is not None else None for t in _qmm_inputs(M, K, N, g, bias=True))
-    plan = T.plan_quant_matmul(M, N, K, dev)
-    if not (plan["SPLIT_K"] > 1 and plan.get("reduce") == "atomic"):
-        pytest.skip("the CUDA table does not pick the atomic split-K path for this shape")
+    plan = T.plan_quant_matmul(M, N, K, dev, _ATOMIC_SPLIT)
+    assert plan["SPLIT_K"] > 1 and plan.get("reduce") == "atomic"
     return dev, x, w, ws, xs, b, plan
 
 
@@ -789,28 +737,28 @@ def test_split_k_counters_under_cuda_graph_capture_and_a_second_stream():
     a side stream interleaved with replays: every result bit-identical to the two-kernel split-K path (int32
     sums are exact), counters back at zero."""
     dev, x, w, ws, xs, b, plan = _cuda_atomic_split_k_case(4, seed=5)
-    T._COUNTERS.pop(("cuda", dev.index), None)
-    T._COUNTERS.pop(("cuda", torch.cuda.current_device()), None)
+    QC.COUNTERS.pop(("cuda", dev.index), None)
+    QC.COUNTERS.pop(("cuda", torch.cuda.current_device()), None)
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        T.quant_matmul(x, w, ws, xs, bias=b)                          # warm-up (compiles; creates the buffer)
+        T.quant_matmul_config(x, w, ws, xs, bias=b, config=_ATOMIC_SPLIT)                          # warm-up (compiles; creates the buffer)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    T._COUNTERS.clear()                                               # the capture is the first call again
+    QC.COUNTERS.clear()                                               # the capture is the first call again
     with torch.cuda.graph(graph):
-        out_g = T.quant_matmul(x, w, ws, xs, bias=b)
+        out_g = T.quant_matmul_config(x, w, ws, xs, bias=b, config=_ATOMIC_SPLIT)
     want = T.quant_matmul_config(x, w, ws, xs, bias=b, config=dict(plan, reduce="kernel"))   # two-kernel path
     assert_close(want.float().cpu(), R.quant_matmul(x.cpu(), w.cpu(), ws.cpu(), xs.cpu(), bias=b.cpu()).float(), "bf16")
     for _ in range(3):
         graph.replay()
-        eager = T.quant_matmul(x, w, ws, xs, bias=b)
+        eager = T.quant_matmul_config(x, w, ws, xs, bias=b, config=_ATOMIC_SPLIT)
         with torch.cuda.stream(side):
-            eager2 = T.quant_matmul(x, w, ws, xs, bias=b)
+            eager2 = T.quant_matmul_config(x, w, ws, xs, bias=b, config=_ATOMIC_SPLIT)
         torch.cuda.synchronize()
         assert torch.equal(out_g, want) and torch.equal(eager, want) and torch.equal(eager2, want)
-    for buf, _ in T._COUNTERS.values():
+    for buf, _ in QC.COUNTERS.values():
         assert int(buf.abs().sum()) == 0
 
 
@@ -820,13 +768,13 @@ def test_split_k_graphs_replayed_concurrently_on_two_streams():
     overlap): each captured call owns its counters, so both stay bit-identical to the two-kernel path."""
     dev, x, w, ws, xs, b, plan = _cuda_atomic_split_k_case(8, seed=6)
     want = T.quant_matmul_config(x, w, ws, xs, bias=b, config=dict(plan, reduce="kernel"))
-    T.quant_matmul(x, w, ws, xs, bias=b)
+    T.quant_matmul_config(x, w, ws, xs, bias=b, config=_ATOMIC_SPLIT)
     torch.cuda.synchronize()
     graphs, outs = [], []
     for _ in range(2):
         gr = torch.cuda.CUDAGraph()
         with torch.cuda.graph(gr):
-            outs.append([T.quant_matmul(x, w, ws, xs, bias=b) for _ in range(8)])
+            outs.append([T.quant_matmul_config(x, w, ws, xs, bias=b, config=_ATOMIC_SPLIT) for _ in range(8)])
         graphs.append(gr)
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
     for _ in range(5):
@@ -842,125 +790,108 @@ def test_split_k_graphs_replayed_concurrently_on_two_streams():
 
 
 # ----------------------------------------------------------------------------------------------
-# review 2026-11-30 (session 3): the "cuda" table's M <= 16, N <= 2560 decode bucket (BN16 BK512, one split,
-# x rows past M masked: mask_m) against Q1/Q2/Q6, its N boundary, dtypes, bias, strides and split-K
+# every table: it parses, every bucket is reachable, every bucket's config runs right (a retune cannot fail these)
 # ----------------------------------------------------------------------------------------------
-_CUDA_QMM = T._all_configs()["cuda"]["quant_matmul"]
-_MASK_BUCKET = next(b for b in _CUDA_QMM["buckets"] if b.get("mask_m"))
-_MAX_N = int(_MASK_BUCKET["max_n"])
-# the streaming GEMV buckets in front of it: for N <= 2560, M = 1 (6.03 us for qkv_a on the H200, sweep 7) and M = 2
-# (4-row tiles, 4 warps, 4 programs per SM, prefetch: 8.38 -> 6.71 us, sweep 8); for wider N with K >= 2048 (session
-# 12, quant_sweep23: o_proj / dense / MoE GEMMs 13-27 % faster at M 1, 5-16 % at M 2) the same two tiles, 8 programs
-# per SM at M 2
-_GEMV_ALL = [b for b in _CUDA_QMM["buckets"] if b.get("mma") == "gemv_stream"]
-_GEMV_BUCKETS = [b for b in _GEMV_ALL if "max_n" in b]          # N <= 2560
-_GEMV_WIDE_BUCKETS = [b for b in _GEMV_ALL if "max_n" not in b]  # N > 2560, K >= min_k
-_GEMV_BUCKET = _GEMV_BUCKETS[0]                      # M = 1
-_GEMV_M2_BUCKET = _GEMV_BUCKETS[1]                   # M = 2
-_GEMV_MAX_M = max(int(b["max_m"]) for b in _GEMV_BUCKETS)
-_GEMV_MIN_K = 2048
-assert [int(b["max_m"]) for b in _GEMV_BUCKETS] == [1, 2] == [int(b["max_m"]) for b in _GEMV_WIDE_BUCKETS]
-assert all(int(b["min_k"]) == _GEMV_MIN_K for b in _GEMV_WIDE_BUCKETS) and _GEMV_MAX_M == 2
-assert max(_CUDA_QMM["buckets"].index(b) for b in _GEMV_ALL) < _CUDA_QMM["buckets"].index(_MASK_BUCKET)
-assert all(int(b["max_n"]) == _MAX_N for b in _GEMV_BUCKETS) and _GEMV_MAX_M <= T._GEMV_MAX_M < 16
+_TABLES = sorted(T.tables())
+_QMM_BUCKETS = [(t, i) for t in _TABLES for i in range(len(T.tables()[t]["quant_matmul"]["buckets"]))]
+_ROW_BUCKETS = [(t, op, i) for t in _TABLES for op in QR.ROW_OPS
+                for i in range(len(T.tables()[t][op].get("buckets", [{}])))]
+# a tile with rows past M masked (mask_m) over all of K: the decode tile kind the CUDA table uses at M <= 16
+_MASK_CFG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=512, GROUP_M=1, num_warps=4, num_stages=9, split_k=1,
+                 reduce="atomic", mask_m=True)
 
 
-def _gemv_bucket_for(M):
-    """The gemv_stream bucket the "cuda" table gives M at N <= max_n (the first with M <= max_m), or None."""
-    return next((b for b in _GEMV_BUCKETS if M <= int(b["max_m"])), None)
-
-
-def _gemv_wide_bucket_for(M):
-    """The gemv_stream bucket the "cuda" table gives M at N > max_n with K >= min_k, or None."""
-    return next((b for b in _GEMV_WIDE_BUCKETS if M <= int(b["max_m"])), None)
-
-
-def _narrow_decode_bucket(M):
-    """The bucket the "cuda" table gives M <= 16 at N <= max_n: the streaming GEMV bucket for M (M = 1, M = 2),
-    then mask_m."""
-    return _gemv_bucket_for(M) or _MASK_BUCKET
-
-
-def _cuda_plan(M, N, K, sms=132):
-    """The "cuda" table's plan as the H200 (132 SMs) would resolve it."""
-    return T._make_qmm_plan(M, N, K, "cuda", None, None, sms)
+def _first_shape(buckets: list, i: int, dims=("M", "N", "K")) -> dict:
+    """A shape (the smallest, dimension by dimension, among the table's bounds) that bucket ``i`` is picked for."""
+    import itertools
+    from ops.triton._common import bounds, select
+    cuts = [sorted({max(v, 1) for v in bounds(buckets, d)}) or [1] for d in dims]
+    for point in itertools.product(*cuts):
+        shape = dict(zip(dims, point))
+        if select(buckets, **shape) is buckets[i]["config"]:
+            return shape
+    raise AssertionError(f"bucket {i} is unreachable")
 
 
 @_host
-def test_gpu_split_k_helper_shape_splits():
-    """The GPU graph-capture tests (_cuda_atomic_split_k_case: M 4 / 8, K 7168, N 4096) must take the atomic
-    split-K path on the H200, else they skip silently: with N = 2112 they did, once the mask_m bucket (one split)
-    took M <= 16, N <= 2560."""
-    for M in (4, 8):
-        p = _cuda_plan(M, 4096, 7168)
-        assert p["SPLIT_K"] > 1 and p["reduce"] == "atomic", p
-        assert _cuda_plan(M, 2112, 7168)["SPLIT_K"] == 1
+def test_every_table_parses_and_every_bucket_is_reachable():
+    """configs/<backend>/quant.json: each quant_matmul bucket and row config passes its launcher's check, the last
+    bucket matches every shape, no bucket is shadowed by the ones before it, and each is picked for some shape."""
+    for t in _TABLES:
+        q = T.tables()[t]["quant_matmul"]
+        assert unreachable(q["buckets"]) == [], t
+        for i, b in enumerate(q["buckets"]):
+            shape = _first_shape(q["buckets"], i)
+            assert T.bucket(shape["M"], shape["N"], shape["K"], q) is b["config"]
+            p = T.plan_quant_matmul(shape["M"], shape["N"], shape["K"], _CPU, backend_key=t)
+            assert p["K_PER_SPLIT"] % p["BLOCK_K"] == 0 and p["SPLIT_K"] * p["K_PER_SPLIT"] >= shape["K"]
+        for op in QR.ROW_OPS:
+            sec = T.tables()[t][op]
+            if "buckets" in sec:
+                assert unreachable(sec["buckets"]) == [], (t, op)
+            for M in (1, 2, 17, 4096):
+                QR.check_row_config(QR.row_config(op, M, t))
 
 
-@pytest.mark.parametrize("M", [1, 2, 3, 4, 5, 15, 16])
-def test_Q1_decode_bucket_boundaries_in_n_and_m(M):
-    """min_n <= N <= max_n is inclusive at both ends: N = max_n takes the narrow decode bucket (the streaming GEMV
-    buckets at M = 1 and M = 2; the mask_m BN16 tile at M 3..16), max_n + 1 the split-K BN64 bucket at every
-    M <= 16 when K < 2048 (at M 1 and 2 with K >= 2048: the wide streaming GEMV buckets); M = 17 never takes either (N <= max_n: the session-11 BN16 tile of 32 rows, rows past M wrapped; else
-    the 32×64 tile); N unknown (0) and N = 1 do."""
-    want = _narrow_decode_bucket(M)
-    for N in (1, 16, 17, _MAX_N - 1, _MAX_N):
-        assert T._bucket(M, _CUDA_QMM, N, 7168) is want, (N, M)
-        p = _cuda_plan(M, N, 7168)
-        if want is not _MASK_BUCKET:
-            assert p["mma"] == "gemv_stream" and not p.get("mask_m") and p["SPLIT_K"] == 1, (N, p)
-            assert all(p[k] == want[k] for k in ("max_m", "BLOCK_N", "BLOCK_K", "num_warps", "programs_per_sm")), (N, p)
-            assert bool(p.get("prefetch")) == bool(want.get("prefetch")) == (M == 2), (N, p)
-        else:
-            assert p.get("mask_m") and p.get("mma", "dot") == "dot", (N, p)
-            assert (p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"], p["SPLIT_K"]) == (16, 16, 512, 1), (N, p)
-    wide = _gemv_wide_bucket_for(M)
-    for N in (_MAX_N + 1, 4096, 24576):
-        for K in (_GEMV_MIN_K - 1, 1536) + ((_GEMV_MIN_K, 7168) if wide is None else ()):
-            p = _cuda_plan(M, N, K)
-            assert not p.get("mask_m") and p["BLOCK_N"] == 64 and p["max_m"] == 16, (N, K, p)
-            assert p.get("mma", "dot") == "dot", (N, K, p)
-        if wide is not None:
-            for K in (_GEMV_MIN_K, 7168):
-                p = _cuda_plan(M, N, K)
-                assert T._bucket(M, _CUDA_QMM, N, K) is wide and p["mma"] == "gemv_stream" and p["SPLIT_K"] == 1, p
-                assert bool(p.get("prefetch")) == (M == 2) and p["programs_per_sm"] == (16 if M == 1 else 8), p
-    assert T._bucket(M, _CUDA_QMM) is want
-    for N in (1, _MAX_N, _MAX_N + 1):
-        p17 = _cuda_plan(17, N, 7168)
-        assert p17["BLOCK_M"] == 32 and p17["max_m"] == 32 and T._bucket(17, _CUDA_QMM, N, 7168) is not want
-        assert p17["BLOCK_N"] == (16 if N <= _MAX_N else 64) and not p17.get("mask_m"), (N, p17)
+@_host
+def test_config_grammar_first_match_wins():
+    """ops/triton/_common.py: ranges are inclusive at both ends, null = no upper bound, a bool matches equal, a list
+    of boxes matches when any does, the first matching bucket wins; resolve merges the section's keys under the
+    bucket's; unreachable finds shadowed buckets; check_buckets refuses a table without a final catch-all."""
+    from ops.triton._common import check_buckets, resolve, select
+    b = [{"match": {"M": [1, 16], "N": [0, 2560]}, "config": {"t": "narrow"}},
+         {"match": [{"M": [1, 16]}, {"int8": True}], "config": {"t": "decode-or-int8"}},
+         {"match": {"M": [17, None]}, "config": {"t": "wide"}},
+         {"match": {"M": [100, 200]}, "config": {"t": "shadowed"}},
+         {"config": {"t": "rest"}}]
+    check_buckets(b[:3] + b[4:], "t")
+    got = lambda **d: select(b, **{"N": 0, "int8": False, **d})["t"]   # noqa: E731
+    assert (got(M=1, N=2560), got(M=16, N=2561), got(M=17), got(M=1 << 40), got(M=0), got(M=0, int8=True)) == (
+        "narrow", "decode-or-int8", "wide", "wide", "rest", "decode-or-int8")
+    assert unreachable(b) == [3]
+    assert resolve({"k": 1, "t": "section", "buckets": b}, M=20, N=0, int8=False) == {"k": 1, "t": "wide"}
+    assert resolve({"k": 1}, M=20) == {"k": 1}
+    with pytest.raises(KeyError, match="'N'"):
+        select(b, M=1)
+    with pytest.raises(ValueError, match="last bucket must match every"):
+        check_buckets(b[:3], "t")
 
 
-def test_every_max_n_bucket_is_inclusive_at_max_n():
-    """Table-driven: for every "cuda" bucket naming max_n and every M that reaches it, N = max_n takes it and
-    N = max_n + 1 does not (a later bucket); the split-K plan of each stays BLOCK_K aligned."""
-    seen = 0
-    for b in (b for b in _CUDA_QMM["buckets"] if "max_n" in b):
-        n = int(b["max_n"])
-        for M in range(1, int(b["max_m"]) + 1):
-            if T._bucket(M, _CUDA_QMM, n) is not b:
-                continue
-            seen += 1
-            assert T._bucket(M, _CUDA_QMM, n + 1) is not b, (M, b)
-            p = _cuda_plan(M, n, 7168)
-            assert p["K_PER_SPLIT"] % p["BLOCK_K"] == 0 and p["SPLIT_K"] * p["K_PER_SPLIT"] >= 7168
-    assert seen >= 16
-
-
-@pytest.mark.parametrize("M", [65, 128])
-def test_Q2_m128_narrow_n_bucket(M, gen):
-    """M 65..128 with N <= max_n: the table's bucket for it (split-K with the atomic reduction when it splits),
-    N = 72 and K = 600 (not multiples of the tiles), a partial last M block: bit-identical to the reference."""
-    K, N = 600, 72
-    p = T.plan_quant_matmul(M, N, K, torch.device("cpu"), backend_key="cuda")
-    assert p["max_m"] >= M and int(p.get("max_n", 1 << 62)) >= N and not p.get("mask_m")
-    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
-    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float16, backend_key="cuda")
-    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float16), torch.float16)
-    if p["SPLIT_K"] > 1 and p.get("reduce") == "atomic":
-        buf, _ = T._COUNTERS[("cpu", None)]
+@pytest.mark.parametrize("table,i", _QMM_BUCKETS, ids=[f"{t}-b{i}" for t, i in _QMM_BUCKETS])
+def test_every_quant_matmul_bucket_runs_right(table, i, gen):
+    """Each bucket's config on small shapes with K and N tails (the interpreter runs the CUDA tiles too): equal to
+    the reference (fp32 out bit for bit), the split-K counters left at zero. A streaming-GEMV bucket runs at its
+    1..4 token rows."""
+    b = T.tables()[table]["quant_matmul"]["buckets"][i]["config"]
+    rows = (1, 3) if b.get("mma") == "gemv_stream" else (1, 17)
+    for M, K, N in ((rows[0], 300, 40), (rows[1], 1100, 72)):
+        x, w, ws, xs, bias = _qmm_inputs(M, K, N, gen, bias=True)
+        out = T.quant_matmul_config(x, w, ws, xs, bias=bias, out_dtype=torch.float32, config=b, backend_key=table)
+        _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=bias, out_dtype=torch.float32), torch.float32)
+    for buf, _ in QC.COUNTERS.values():
         assert int(buf.abs().sum()) == 0
+
+
+@pytest.mark.parametrize("table,op,i", _ROW_BUCKETS, ids=[f"{t}-{op}-b{i}" for t, op, i in _ROW_BUCKETS])
+def test_every_row_config_runs_right(table, op, i, gen):
+    """Each row config (a bucket's, merged with its section's keys) on rows that fit in registers and rows that
+    need sweeps: dynamic_quant bit for bit, rms_norm_dynamic_quant within ±1 LSB (fp32 reduction order)."""
+    sec = T.tables()[table][op]
+    cfg = {**{k: v for k, v in sec.items() if k != "buckets"}, **(sec["buckets"][i]["config"] if "buckets" in sec
+                                                                   else {})}
+    for M, K in ((3, 300), (5, 2 * int(cfg["max_block_k"]) + 3)):
+        x = torch.randn(M, K, generator=gen).to(torch.float16)
+        s = 0.5 + torch.rand(K, generator=gen)
+        if op == "dynamic_quant":
+            q, sc = T.dynamic_quant_config(x, smooth_scales=s, config=cfg)
+            rq, rs = R.dynamic_quant(x, smooth_scales=s)
+            assert torch.equal(q, rq) and torch.equal(sc, rs), (M, K)
+        else:
+            g = 0.5 + torch.rand(K, generator=gen)
+            q, sc, ro = T.rms_norm_dynamic_quant_config(x, g, residual=x.flip(0), smooth_scales=s, config=cfg)
+            rq, rs, rro = R.rms_norm_dynamic_quant(x, g, residual=x.flip(0), smooth_scales=s)
+            assert torch.equal(ro, rro) and (q.int() - rq.int()).abs().max() <= 1
+            assert_close(sc, rs, "fp32", name="scale")
 
 
 def _exact_vs_reference(out, ref, out_dtype, ref32=None):
@@ -977,55 +908,35 @@ def _exact_vs_reference(out, ref, out_dtype, ref32=None):
 
 @pytest.mark.parametrize("M", [0, 1, 2, 3, 15, 16, 17])
 @pytest.mark.parametrize("K", [1, 100, 512, 1368])
-def test_Q1_Q2_Q6_decode_mask_m_bucket_through_the_registered_op(M, K, gen, monkeypatch):
-    """The registered op on the "cuda" table: M = 1 and M = 2 take the streaming GEMV buckets, M 3..16 the mask_m bucket
-    (K < BLOCK_K, = BLOCK_K, a tail of K = 1368, K = 1), M = 0 an empty result (Q6), M = 17 the next (32-row) one; N = 40
-    (not a multiple of BLOCK_N 16: wrapped columns, never stored). Bit-identical to the reference; the GEMV launcher
-    runs exactly when the plan names it."""
-    monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
+def test_Q1_Q2_Q6_cuda_table_through_the_registered_op(M, K, gen, cuda_table, monkeypatch):
+    """The registered op on the "cuda" table at decode token counts (K < BLOCK_K, = BLOCK_K, a tail, K = 1), M = 0
+    an empty result (Q6), N = 40 (not a multiple of the column tiles: wrapped columns, never stored). Bit-identical
+    to the reference; the streaming GEMV runs exactly when the plan names it."""
     N = 40
     gemv_calls = []
-    launch = T._launch_gemv_stream
-    monkeypatch.setattr(T, "_launch_gemv_stream", lambda *a, **kw: gemv_calls.append(1) or launch(*a, **kw))
-    if M:
-        p = T.plan_quant_matmul(M, N, K, torch.device("cpu"))
-        assert (p.get("mma") == "gemv_stream") == (M <= _GEMV_MAX_M), p
-        assert bool(p.get("mask_m")) == (_GEMV_MAX_M < M <= 16), p   # M 17..32 (session 11's 32-row tile) wraps rows
-        assert (p["BLOCK_M"], p.get("k_batch", 1)) == ((16, 4) if _GEMV_MAX_M < M <= 16 else (32, 4) if M > 16
-                                                       else (p["BLOCK_M"], 1)), p
+    launch = T.quant_matmul_gemv
+    monkeypatch.setattr(T, "quant_matmul_gemv", lambda *a, **kw: gemv_calls.append(1) or launch(*a, **kw))
+    wants_gemv = M > 0 and T.plan_quant_matmul(M, N, K, _CPU).get("mma") == "gemv_stream"
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
     out = ops.quant.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
-    assert len(gemv_calls) == (1 if 0 < M <= _GEMV_MAX_M else 0)
-
-
-@pytest.mark.parametrize("M,N", [(16, _MAX_N), (1, _MAX_N + 1)])
-def test_Q2_decode_gemm_at_the_max_n_boundary(M, N, gen):
-    """A full 16-row tile at N = max_n (the mask_m bucket, 160 column tiles) and M = 1 one past it (the split-K
-    BN64 bucket, K tail): bit-identical to the reference."""
-    K = 600
-    x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
-    p = T.plan_quant_matmul(M, N, K, torch.device("cpu"), backend_key="cuda")
-    assert bool(p.get("mask_m")) == (N <= _MAX_N)
-    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, backend_key="cuda")
-    _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
+    assert len(gemv_calls) == (1 if wants_gemv else 0)
 
 
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("bias_dtype", [None, torch.float32, torch.float16])
-def test_mask_m_bucket_out_dtypes_and_bias(out_dtype, bias_dtype, gen):
-    """The mask_m bucket with every out dtype, no bias / fp32 / fp16 bias, M = 3 (13 masked rows), K = 1100 (two
+def test_mask_m_tile_out_dtypes_and_bias(out_dtype, bias_dtype, gen):
+    """The mask_m tile with every out dtype, no bias / fp32 / fp16 bias, M = 3 (13 masked rows), K = 1100 (two
     full BLOCK_K 512 steps and a tail)."""
     M, K, N = 3, 1100, 48
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=bias_dtype is not None, bias_dtype=bias_dtype or torch.float32)
-    assert T.plan_quant_matmul(M, N, K, torch.device("cpu"), backend_key="cuda").get("mask_m")
-    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, backend_key="cuda")
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=_MASK_CFG, backend_key="cuda")
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype,
                         R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32))
 
 
 @pytest.mark.parametrize("view", ["column_slice", "row_step", "transposed"])
-def test_mask_m_bucket_non_contiguous_x(view, gen):
+def test_mask_m_tile_non_contiguous_x(view, gen):
     """x as a column slice of a wider tensor (row stride K + 7), every other row of a taller one, and a transposed
     [K, M] tensor (copied by the launcher): masked rows past M use the row stride, never wrap into real rows."""
     M, K, N = 5, 700, 40
@@ -1041,7 +952,7 @@ def test_mask_m_bucket_non_contiguous_x(view, gen):
     else:
         x = x0.t().contiguous().t()
     assert not x.is_contiguous() and torch.equal(x, x0)
-    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, backend_key="cuda")
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=_MASK_CFG, backend_key="cuda")
     _exact_vs_reference(out, R.quant_matmul(x0, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
 
 
@@ -1052,10 +963,10 @@ def test_mask_m_bucket_non_contiguous_x(view, gen):
     (40, 1024, 20, 2, "atomic", 2, "kmajor"),      # three M blocks (last partial) with GROUP_M 2
 ])
 def test_mask_m_split_k_reductions_layouts_and_groups(M, K, N, split, reduce, group_m, layout, gen):
-    """mask_m outside its default bucket: split-K with either reduction, every weight layout, GROUP_M > 1 with
+    """mask_m with split-K and either reduction, every weight layout, GROUP_M > 1 with
     several M blocks; bit-identical to the wrapped path and to the reference, the tile counters left at zero."""
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout=layout, bias=True)
-    cfg = dict(_MASK_BUCKET, BLOCK_N=16, BLOCK_K=512, GROUP_M=group_m, split_k=split, reduce=reduce)
+    cfg = dict(_MASK_CFG, GROUP_M=group_m, split_k=split, reduce=reduce)
     plan = T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key="cuda")
     assert plan["SPLIT_K"] == split
     outs = [T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=dict(cfg, mask_m=mm),
@@ -1063,35 +974,39 @@ def test_mask_m_split_k_reductions_layouts_and_groups(M, K, N, split, reduce, gr
     assert torch.equal(outs[0], outs[1])
     _exact_vs_reference(outs[1], R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
     if split > 1 and reduce == "atomic":
-        buf, _ = T._COUNTERS[("cpu", None)]
+        buf, _ = QC.COUNTERS[("cpu", None)]
         assert int(buf.abs().sum()) == 0
 
 
 @_host
-def test_cuda_compile_cases_carry_mask_m():
-    """compile_cases("cuda") (offline sm_90 register / spill reports) builds the mask_m bucket with MASK_M set and
-    only the fused (one split) kernel; the other buckets keep MASK_M off; Ascend never sets it."""
-    cases = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_kernel]
-    masked = [c for c in cases if c["constexprs"]["MASK_M"]]
-    mask_buckets = [b for b in _CUDA_QMM["buckets"] if b.get("mask_m")]
-    tiles = {(b["BLOCK_M"], b["BLOCK_N"], b["BLOCK_K"], T._MMA_MODES[b.get("mma", "dot")]) for b in mask_buckets}
-    # the M <= 16 N <= 2560 tile and the swap-AB tiles (M 65..128, N >= 8192), all one split
-    qb = (_QB_BUCKET["BLOCK_M"], _QB_BUCKET["BLOCK_N"], _QB_BUCKET["BLOCK_K"], T._MMA_MODES["swap"])
-    assert {(16, 16, 512, 0), qb} <= tiles and all(b["split_k"] == 1 for b in mask_buckets)
-    assert masked and all(not c["constexprs"]["PARTIALS"] and c["constexprs"]["WRAP"] for c in masked)
-    assert {(c["constexprs"]["BLOCK_M"], c["constexprs"]["BLOCK_N"], c["constexprs"]["BLOCK_K"], c["constexprs"]["MMA"])
-            for c in masked} == tiles
-    assert len(masked) == 4 * len(mask_buckets)                              # even/tail × bf16/fp16
-    assert all(not c["constexprs"]["MASK_M"] for c in T.ascend_compile_cases() if c["fn"] is T._qmm_kernel)
-    for table in ("cuda", "ascend"):   # buckets that share a max_m (min_n / max_n) still get distinct case names
-        names = [c["name"] for c in T.compile_cases(table)]
-        assert len(names) == len(set(names)), table
+def test_compile_cases_mirror_their_buckets():
+    """compile_cases(table) (the offline sm_90 / Ascend compile checks) builds each tiled-GEMM bucket with its own
+    tile, MASK_M, MMA and K_BATCH (PDL only on "cuda"), fused-only when the bucket never splits; names unique."""
+    for t in _TABLES:
+        q = T.tables()[t]["quant_matmul"]
+        cases = [c for c in T.compile_cases(t) if _kname(c) == "_qmm_kernel"]
+        for i, bk in enumerate(q["buckets"]):
+            b = bk["config"]
+            mine = [c for c in cases if c["name"].startswith(f"quant_matmul_b{i}_")]
+            if b.get("mma") == "gemv_stream":
+                assert not mine
+                continue
+            assert len(mine) == (8 if b.get("split_k", "auto") == "auto" else 4), (t, i)
+            for c in mine:
+                ce = c["constexprs"]
+                assert (ce["BLOCK_M"], ce["BLOCK_N"], ce["BLOCK_K"]) == (b["BLOCK_M"], b["BLOCK_N"], b["BLOCK_K"])
+                assert ce["MASK_M"] == bool(b.get("mask_m", False)) and ce["MMA"] == T.MMA_MODES[b.get("mma", "dot")]
+                assert ce["K_BATCH"] == int(b.get("k_batch", 1)) and ce["WRAP"] == bool(q.get("wrap", False))
+                assert ce["PDL"] == (bool(b.get("pdl", False)) and t == "cuda")
+                if b.get("split_k", "auto") != "auto" and int(b["split_k"]) == 1:
+                    assert not ce["PARTIALS"]
+        names = [c["name"] for c in T.compile_cases(t)]
+        assert len(names) == len(set(names)), t
 
 
 # ----------------------------------------------------------------------------------------------
-# issue 4, round 5: decode kernel variants, bucket key "mma" ("swap": swap-AB tl.dot of the transposed tiles;
-# "gemv", CUDA-core products, "reduce_unroll" and the persistent "dynamic" grid lost in every H200 sweep and were
-# removed: a config naming them raises ValueError). "swap" is a constexpr switch of _qmm_kernel.
+# tiled-GEMM variants: bucket key "mma" ("swap": swap-AB tl.dot of the transposed tiles, a constexpr switch of
+# _qmm_kernel) and "k_batch" (each BLOCK_K step as k_batch slices in one batched dot)
 # ----------------------------------------------------------------------------------------------
 def _variant(mma, bm, bn, bk, split=1, reduce="atomic", mask_m=True, k_batch=1):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=3, split_k=split,
@@ -1106,9 +1021,7 @@ _VARIANT_CASES = [
     ("dot", 16, 16, 128, 6, "atomic", True, 3, 1500, 24, "rowmajor", "cuda", 1),   # the default MMA, 6 splits
     ("swap", 16, 64, 64, 2, "kernel", False, 5, 512, 64, "rowmajor", "cuda", 1),   # wrapped rows, two-kernel reduce
     ("swap", 32, 16, 128, 2, "atomic", True, 40, 384, 33, "anystride", "ascend", 1),  # masked loads, any-stride weight
-    # session 11, bucket key k_batch: each BLOCK_K step as k_batch slices in one batched (3-D) dot into k_batch int32
-    # accumulators, summed at the end (on CUDA one warp per slice instead of every warp repeating one long
-    # accumulator chain of the BN16 tile)
+    # k_batch: each BLOCK_K step as k_batch slices in one batched (3-D) dot into k_batch int32 accumulators
     ("dot", 16, 16, 256, 1, "atomic", True, 16, 1024, 48, "kmajor", "cuda", 4),    # even K, the M 3..16 tile's shape
     ("dot", 16, 16, 256, 1, "atomic", True, 3, 1100, 40, "kmajor", "cuda", 4),     # K tail inside a slice, N tail
     ("dot", 16, 32, 128, 3, "atomic", True, 17, 700, 72, "rowmajor", "cuda", 2),   # 3 splits, short last split
@@ -1133,7 +1046,7 @@ def test_mma_variants_bit_identical_to_reference(case, out_dtype, gen):
     out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg, backend_key=table)
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype)
     if split > 1 and reduce == "atomic":
-        buf, _ = T._COUNTERS[("cpu", None)]
+        buf, _ = QC.COUNTERS[("cpu", None)]
         assert int(buf.abs().sum()) == 0
 
 
@@ -1164,23 +1077,24 @@ def test_mma_variants_hypothesis(M, K, N, mma, split, seed):
 
 
 @_host
-def test_mma_variant_config_errors_and_removed_switches(gen):
-    """An unknown mma is a ValueError; so is a config (or a table bucket) naming a removed switch (mma "gemv",
-    reduce_unroll, dynamic, stagger: they lost in every H200 sweep), whatever its value: through the launcher and the plan,
-    before any launch."""
+def test_mma_variant_config_errors_and_unknown_switches(gen):
+    """An unknown mma is a ValueError; so is a config naming a key the launcher does not know (a typo, or a switch
+    that no longer exists: mma "gemv", reduce_unroll, dynamic, stagger), whatever its value: through the launcher
+    and the plan, before any launch."""
     x, w, ws, xs, _ = _qmm_inputs(2, 64, 16, gen)
     with pytest.raises(ValueError, match="mma must be one of"):
         T.quant_matmul_config(x, w, ws, xs, config=_variant("wgmma", 16, 16, 64), backend_key="cuda")
-    with pytest.raises(ValueError, match="mma must be one of.*'wgmma'"):   # the plan refuses it too (session 9)
+    with pytest.raises(ValueError, match="mma must be one of.*'wgmma'"):   # the plan refuses it too
         T.plan_quant_matmul(2, 16, 64, torch.device("cpu"), _variant("wgmma", 16, 16, 64), backend_key="cuda")
-    assert "gemv" not in T._MMA_MODES and set(T._MMA_MODES) == {"dot", "swap"}
-    removed = [(dict(_variant("gemv", 1, 16, 64)), "mma 'gemv' was removed"),
-               (dict(_variant("dot", 16, 16, 64, split=2), reduce_unroll=4), "'reduce_unroll' was removed"),
-               (dict(_variant("dot", 16, 16, 64, split=2), reduce_unroll=1), "'reduce_unroll' was removed"),
-               (dict(_variant("swap", 16, 16, 64), dynamic=2), "'dynamic' was removed"),
-               (dict(_variant("dot", 16, 16, 64), dynamic=0), "'dynamic' was removed"),
-               (dict(_variant("dot", 16, 16, 64), stagger=1), "'stagger' was removed")]
-    for cfg, msg in removed:
+    assert set(T.MMA_MODES) == {"dot", "swap"}
+    unknown = [(dict(_variant("gemv", 1, 16, 64)), "mma must be one of"),
+               (dict(_variant("dot", 16, 16, 64, split=2), reduce_unroll=4), r"unknown quant_matmul config key\(s\) \['reduce_unroll'\]"),
+               (dict(_variant("dot", 16, 16, 64, split=2), reduce_unroll=1), "'reduce_unroll'"),
+               (dict(_variant("swap", 16, 16, 64), dynamic=2), "'dynamic'"),
+               (dict(_variant("dot", 16, 16, 64), dynamic=0), "'dynamic'"),
+               (dict(_variant("dot", 16, 16, 64), stagger=1), "'stagger'"),
+               (dict(_variant("dot", 16, 16, 64), max_m=16), "'max_m'")]   # a match key is not a launch key
+    for cfg, msg in unknown:
         for table in ("cuda", "ascend"):
             with pytest.raises(ValueError, match=msg):
                 T.quant_matmul_config(x, w, ws, xs, config=cfg, backend_key=table)
@@ -1189,29 +1103,16 @@ def test_mma_variant_config_errors_and_removed_switches(gen):
 
 
 @_host
-def test_removed_switch_in_the_table_is_an_error(monkeypatch):
-    """A table bucket naming a removed switch fails the plan (and so every call it would serve) with ValueError."""
-    cfgs = json.loads(json.dumps(T._all_configs()))
-    cfgs["cuda"]["quant_matmul"]["buckets"].insert(0, dict(_variant("dot", 16, 16, 256), max_m=3, dynamic=1))
-    monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
-    with pytest.raises(ValueError, match="'dynamic' was removed"):
-        T._make_qmm_plan(3, 2112, 7168, "cuda", None, None, 132)
-    assert T._make_qmm_plan(4, 2112, 7168, "cuda", None, None, 132)["mask_m"]   # the buckets after it still plan
-
-
-@_host
-def test_compile_cases_carry_the_mma_switch(monkeypatch):
-    """compile_cases builds a bucket's "mma" into the MMA constexpr (offline sm_90 / Ascend compile of a winner);
-    _qmm_kernel has no RED_UNROLL / DYNAMIC constexprs any more."""
-    assert not {"RED_UNROLL", "DYNAMIC"} & set(T._qmm_kernel.arg_names)
-    cfgs = json.loads(json.dumps(T._all_configs()))
-    base = [c["constexprs"]["MMA"] for c in T.compile_cases("cuda") if c["fn"] is T._qmm_kernel]   # q_b's swap bucket
-    cfgs["cuda"]["quant_matmul"]["buckets"].insert(0, dict(_variant("swap", 16, 64, 256), max_m=1, max_n=2560))
-    monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
-    cases = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_kernel]
-    mmas = [c["constexprs"]["MMA"] for c in cases]
-    assert mmas.count(1) == base.count(1) + 4 and set(mmas) <= {0, 1}   # even/tail x bf16/fp16, one split
-    assert all(c["constexprs"]["MMA"] == 0 for c in T.ascend_compile_cases() if c["fn"] is T._qmm_kernel)
+def test_compile_cases_carry_the_mma_switch():
+    """qmm_cases builds a bucket's "mma" into the MMA constexpr (offline sm_90 / Ascend compile of a winner), fused
+    only for one split; _qmm_kernel has no RED_UNROLL / DYNAMIC constexprs."""
+    q = T.tables()["cuda"]["quant_matmul"]
+    for mma, want in (("swap", 1), ("dot", 0)):
+        cases = T.qmm_cases(_variant(mma, 16, 64, 256), q, "probe", "cuda")
+        assert len(cases) == 4 and all(c["constexprs"]["MMA"] == want and not c["constexprs"]["PARTIALS"]
+                                       for c in cases)
+        assert not {"RED_UNROLL", "DYNAMIC"} & set(cases[0]["fn"].arg_names)
+    assert len(T.qmm_cases(_variant("swap", 16, 64, 256, split="auto"), q, "probe", "cuda")) == 8
 
 
 def _gpu_config_exact_eager_and_graph(M, K, N, cfg, g, dev):
@@ -1247,76 +1148,29 @@ def test_gpu_mma_variants_bit_identical_and_graph_safe():
                    (128, _variant("swap", 128, 64, 128, split="auto")),
                    (16, _variant("dot", 16, 16, 256, split=7))):
         _gpu_config_exact_eager_and_graph(M, K, N, cfg, g, dev)
-    for buf, _ in T._COUNTERS.values():
+    for buf, _ in QC.COUNTERS.values():
         assert int(buf.abs().sum()) == 0
 
 
-# ----------------------------------------------------------------------------------------------
-# issue 4, round 6: q_b's decode bucket (M 65..128, N >= 8192, K <= 2048) takes round 5's winner, the swap-AB
-# 128x256x128 tile in one split (18.40 vs 19.50 us on the H200, docs/perf/quant_sweep5.md); max_k keeps the dense
-# MLP (K 7168: 72 / 144 such tiles for 132 SMs) on the BN64 tile of the bucket after it.
-# ----------------------------------------------------------------------------------------------
-_QB_BUCKET = T._bucket(128, _CUDA_QMM, 24576, 1536)
-
-
-@_host
-@pytest.mark.parametrize("M", [64, 65, 100, 127, 128, 129])
-def test_qb_decode_bucket_by_m_n_and_k(M):
-    """Which DeepSeek GEMMs the swap-AB buckets serve at M 65..128 (H200 sweep 6): q_b (K1536 N24576), kv_b-like K512
-    N32768 and the K = 2048 / N = 8192 corner take the K <= 2048 bucket (one K split); dense_gate (K7168 N18432) and the
-    fused gate_up (N36864) the swap bucket after it; narrow N (qkv_a, q_b at TP 8: N 3072) never swap.
-    min_k / max_k are inclusive."""
-    assert _QB_BUCKET.get("mma") == "swap" and int(_QB_BUCKET["max_k"]) == 2048 and int(_QB_BUCKET["min_n"]) == 8192
-    qb_tile = tuple(_QB_BUCKET[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-    swap = 65 <= M <= 128
-    for K, N in ((1536, 24576), (512, 32768), (2048, 8192)):
-        p = _cuda_plan(M, N, K)
-        is_qb = p.get("mma") == "swap" and (p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"]) == qb_tile and p["SPLIT_K"] == 1
-        assert is_qb == swap, (M, K, N, p)
-        if swap:
-            assert p["mask_m"] and (p["num_warps"], p["num_stages"]) == (_QB_BUCKET["num_warps"],
-                                                                           _QB_BUCKET["num_stages"])
-    for K, N in ((2049, 8192), (7168, 18432), (7168, 36864)):   # measured with one split (288 / 576 tiles)
-        p = _cuda_plan(M, N, K)
-        assert (p.get("mma", "dot") == "swap") == swap and (not swap or (p["min_n"], p.get("max_k")) == (8192, None)), \
-            (M, K, N, p)
-    for K, N in ((1536, 8191), (1536, 3072), (7168, 2112)):
-        p = _cuda_plan(M, N, K)
-        assert p.get("mma", "dot") == "dot" and p["BLOCK_N"] <= 128, (M, K, N, p)
-    assert T._bucket(M, _CUDA_QMM, 24576) is T._bucket(M, _CUDA_QMM, 24576, 1536)   # K unknown (0): max_k passes
-
-
-@pytest.mark.parametrize("M,K,N,through", [
-    (65, 256, 8192, "table"),      # the table picks it: a 1-row second half of the 128-row tile, 32 column tiles
-    (100, 300, 300, "bucket"),     # K (300) and N (300) not multiples of 128 / 256, 28 rows masked
-    (128, 384, 520, "bucket"),     # full tile, 3 column tiles (the last one 8 columns wide)
+@pytest.mark.parametrize("M,K,N", [
+    (65, 256, 8192),     # a 1-row second half of the 128-row tile, 32 column tiles
+    (100, 300, 300),     # K (300) and N (300) not multiples of 128 / 256, 28 rows masked
+    (128, 384, 520),     # full tile, 3 column tiles (the last one 8 columns wide)
 ])
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
-def test_Q1_Q2_qb_swap_bucket_bit_identical(M, K, N, through, out_dtype, gen):
-    """The q_b bucket's own config (swap-AB, rows past M masked, one split) on small analogues, through
-    the table (N >= 8192) or passed as the config (K / N tails): poisoned outputs, bias, bit-identical to the
-    reference."""
+def test_Q1_Q2_swap_tile_with_masked_rows_bit_identical(M, K, N, out_dtype, gen):
+    """A 128 × 64 × 128 swap-AB tile with rows past M masked, one split (the tile kind the CUDA table gives wide-N
+    GEMMs at M 65..128), on small analogues: poisoned outputs, bias, bit-identical to the reference."""
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
-    cfg = None if through == "table" else dict(_QB_BUCKET)
+    cfg = dict(_variant("swap", 128, 64, 128, split=1), num_stages=3)
     p = T.plan_quant_matmul(M, N, K, torch.device("cpu"), cfg, backend_key="cuda")
-    assert (p.get("mma"), p["BLOCK_N"], p["SPLIT_K"], p["mask_m"]) == ("swap", _QB_BUCKET["BLOCK_N"], 1, True), p
+    assert (p.get("mma"), p["SPLIT_K"], p["mask_m"]) == ("swap", 1, True), p
     out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg, backend_key="cuda")
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype)
 
 
-@_host
-def test_compile_case_names_carry_the_k_range():
-    """Buckets sharing max_m and min_n (q_b's max_k 2048 one and the dense one after it) get distinct compile-case
-    names; the q_b bucket compiles only the fused kernel (split_k 1: its split-K variant spilled offline)."""
-    names = [c["name"] for c in T.compile_cases("cuda")]
-    assert len(names) == len(set(names))
-    qb = [n for n in names if n.startswith("quant_matmul_m128_n8192-inf_k0-2048_")]
-    assert len(qb) == 4 and all("_fused_" in n for n in qb)
-    assert any(n.startswith("quant_matmul_m128_n8192-inf_fused_") for n in names)
-
-
 # ----------------------------------------------------------------------------------------------
-# issue 4, round 7: the streaming GEMV (bucket key mma "gemv_stream", M <= 4): _qmm_gemv_kernel on a grid of
+# the streaming GEMV (bucket key mma "gemv_stream", M <= 4): _qmm_gemv_kernel on a grid of
 # SMs x programs_per_sm programs, each a contiguous run of (BLOCK_N weight rows x K split) items, int32 products
 # accumulated elementwise over K, one sum per output; dp4a (CUDA only) is ignored by the interpreter.
 # ----------------------------------------------------------------------------------------------
@@ -1355,7 +1209,7 @@ def test_gemv_stream_bit_identical_to_reference(case, out_dtype, gen):
         out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg, backend_key="cuda")
         _exact_vs_reference(out, ref, out_dtype)
     if split > 1 and reduce == "atomic":
-        buf, _ = T._COUNTERS[("cpu", None)]
+        buf, _ = QC.COUNTERS[("cpu", None)]
         assert int(buf.abs().sum()) == 0
 
 
@@ -1376,8 +1230,8 @@ def test_gemv_stream_non_contiguous_x_and_extremes(gen):
     assert torch.equal(out, torch.full((3, 8), -127.0 * 127.0 * K))
 
 
-# session 14: gemv_stream_int32, the streaming GEMV over two K-major weights side by side (ds::mla_prolog's down
-# GEMM x @ [W_DQ | W_DKV_KR] at T = 1), int32 sums, no epilogue
+# gemv_stream_int32, the streaming GEMV over two K-major weights side by side (ds::mla_prolog's down GEMM
+# x @ [W_DQ | W_DKV_KR] at T = 1), int32 sums, no epilogue
 @pytest.mark.parametrize("M,K,N1,N2,bn,bk,ppc,pf", [
     (1, 300, 16, 9, 4, 64, 1, True),     # K tail, N2 tail (rows past N clamped into the second weight)
     (2, 512, 8, 8, 8, 128, 4, False),    # even K, one tile per weight
@@ -1461,89 +1315,69 @@ def test_gemv_stream_rejects_more_than_four_rows(gen):
 
 
 @_host
-def test_gemv_stream_dp4a_layout_checks_and_compile_cases(monkeypatch):
+def test_gemv_stream_dp4a_layout_checks_and_compile_cases():
     """dp4a needs K % 4 == 0, a K-major weight with 4-byte aligned rows and aligned x rows (else the launcher
     takes int8 loads); a gemv_stream bucket becomes _qmm_gemv_kernel compile cases (dp4a only on "cuda")."""
     K, N = 64, 16
     w = R.pack_weight(torch.zeros((K, N), dtype=torch.int8), "cuda")
     x = torch.zeros((2, K), dtype=torch.int8)
-    assert T._gemv_stream_dp4a_ok(x, w, 64)
-    assert not T._gemv_stream_dp4a_ok(x, w, 62)
-    assert not T._gemv_stream_dp4a_ok(x[:, 1:61], R.pack_weight(torch.zeros((60, N), dtype=torch.int8), "cuda"), 64)
-    assert not T._gemv_stream_dp4a_ok(x, torch.zeros((K, N), dtype=torch.int8), 64)          # row-major weight
-    assert not T._gemv_stream_dp4a_ok(torch.zeros((2, 62), dtype=torch.int8),
+    assert T.gemv_stream_dp4a_ok(x, w, 64)
+    assert not T.gemv_stream_dp4a_ok(x, w, 62)
+    assert not T.gemv_stream_dp4a_ok(x[:, 1:61], R.pack_weight(torch.zeros((60, N), dtype=torch.int8), "cuda"), 64)
+    assert not T.gemv_stream_dp4a_ok(x, torch.zeros((K, N), dtype=torch.int8), 64)          # row-major weight
+    assert not T.gemv_stream_dp4a_ok(torch.zeros((2, 62), dtype=torch.int8),
                                       R.pack_weight(torch.zeros((62, N), dtype=torch.int8), "cuda"), 64)
-    # the "cuda" table as it is: its gemv_stream buckets (M = 1 and M = 2, narrow and wide N, one split, dp4a;
-    # prefetch at M = 2) give MROWS 1..max_m cases each, fused, even / tail K x bf16 / fp16, with the bucket's tile
-    # (BLOCK_K in int32 words under dp4a), every name unique (the bucket's max_m and N range in it)
-    gs = [c for c in T.compile_cases("cuda") if c["fn"] is T._qmm_gemv_kernel]
-    # gemv_stream_int32's case (mla_prolog's A8W8 T = 1 down GEMM): the narrow M = 1 bucket, [w | w2], int32 sums
-    two = [c for c in gs if "_two_w_int32" in c["name"]]
-    gs = [c for c in gs if "_two_w_int32" not in c["name"]]
-    assert [c["name"] for c in two] == [f"quant_matmul_gemv_stream_m1_n0-2560_r1_two_w_int32_{k}" for k in ("even", "tail")]
-    for c, even in zip(two, (True, False)):
-        ce = c["constexprs"]
-        assert ce["TWO_W"] and ce["PARTIALS"] and not ce["REDUCE"] and not ce["HAS_BIAS"] and ce["MROWS"] == 1
-        assert ce["EVEN_K"] is even and c["signature"]["out_ptr"] == c["signature"]["part_ptr"] == "*i32"
-    assert all(not c["constexprs"]["TWO_W"] for c in gs)
-    assert all(b["split_k"] == 1 and b["dp4a"] for b in _GEMV_ALL) and _GEMV_MAX_M == 2
-    assert len(gs) == (1 + 2) * 2 * 2 * 2
-    for b in _GEMV_ALL:
-        mine = [c for c in gs if c["name"].startswith(
-            f"quant_matmul_gemv_stream_m{b['max_m']}_n0-{b.get('max_n', 'inf')}_")]
-        assert {(c["constexprs"]["MROWS"], c["constexprs"]["EVEN_K"], c["signature"]["out_ptr"]) for c in mine} == {
-            (m, e, o) for m in range(1, int(b["max_m"]) + 1) for e in (True, False) for o in ("*bf16", "*fp16")}
-        for c in mine:
-            ce = c["constexprs"]
-            assert (ce["BLOCK_N"], ce["BLOCK_KU"], ce["DP4A"], ce["PARTIALS"], ce["REDUCE"], ce["PREFETCH"]) == (
-                b["BLOCK_N"], b["BLOCK_K"] // 4, True, False, False, bool(b.get("prefetch"))), c["name"]
-            assert c["num_warps"] == b["num_warps"] and c["name"].startswith(f"quant_matmul_gemv_stream_m{b['max_m']}_")
-            assert set(c["signature"]) == set(T._qmm_gemv_kernel.arg_names), c["name"]
-    names = [c["name"] for c in T.compile_cases("cuda")]
-    assert len(names) == len(set(names))
-    # one gemv_stream bucket for M <= 4 in place of them ("cuda": dp4a) / in front of the table ("ascend": no dp4a):
-    # M 1..4 cases
-    cfgs = json.loads(json.dumps(T._all_configs()))
-    qc = cfgs["cuda"]["quant_matmul"]["buckets"]
-    qc[:] = [dict(_gs(4, 1024, split=1), max_m=4, max_n=2560)] + [b for b in qc if b.get("mma") != "gemv_stream"]
-    cfgs["ascend"]["quant_matmul"]["buckets"].insert(0, dict(_gs(4, 1024, split=1), max_m=4, max_n=2560))
-    monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
+    # every gemv_stream bucket of every table: MROWS 1..its max rows (at most 4), even / tail K x bf16 / fp16, split
+    # or not as its split_k allows, with the bucket's tile (BLOCK_K in int32 words under dp4a: "cuda" only)
+    G = pytest.importorskip("ops.triton.quant_gemv")
+    for t in _TABLES:
+        gs = G.compile_cases(t)
+        for i, bk in enumerate(T.tables()[t]["quant_matmul"]["buckets"]):
+            b = bk["config"]
+            mine = [c for c in gs if c["name"].startswith(f"quant_matmul_gemv_stream_b{i}_")]
+            if b.get("mma") != "gemv_stream":
+                assert not mine
+                continue
+            rows = min(4, QC.max_rows(bk) or 4)
+            two = [c for c in mine if "_two_w_int32" in c["name"]]   # gemv_stream_int32's (mla_prolog, T = 1)
+            assert len(two) == (2 if t == "cuda" and rows == 1 else 0)
+            for c in two:
+                ce = c["constexprs"]
+                assert ce["TWO_W"] and ce["PARTIALS"] and not ce["REDUCE"] and not ce["HAS_BIAS"] and ce["MROWS"] == 1
+                assert c["signature"]["out_ptr"] == c["signature"]["part_ptr"] == "*i32"
+            mine = [c for c in mine if c not in two]
+            splits = 2 if b.get("split_k", "auto") == "auto" else 1
+            assert len(mine) == rows * 2 * 2 * splits
+            dp4a = bool(b.get("dp4a")) and t == "cuda"
+            for c in mine:
+                ce = c["constexprs"]
+                assert (ce["BLOCK_N"], ce["BLOCK_KU"], ce["DP4A"], ce["PREFETCH"], ce["TWO_W"]) == (
+                    b["BLOCK_N"], b["BLOCK_K"] // (4 if dp4a else 1), dp4a, bool(b.get("prefetch")), False), c["name"]
+                assert c["num_warps"] == b["num_warps"] and 1 <= ce["MROWS"] <= rows
+                assert list(c["signature"]) == c["fn"].arg_names, c["name"]
+        names = [c["name"] for c in gs]
+        assert len(names) == len(set(names))
+    # a bucket of four rows, on each table: M 1..4 cases, dp4a only on "cuda"
     for table, dp4a in (("cuda", True), ("ascend", False)):
-        gs = [c for c in T.compile_cases(table) if c["fn"] is T._qmm_gemv_kernel]
+        gs = G.gemv_stream_cases(_gs(4, 1024, split=1), 4, "probe", table)
         assert len(gs) == 4 * 2 * 2      # M 1..4 x even/tail x bf16/fp16, one split
         assert {c["constexprs"]["MROWS"] for c in gs} == {1, 2, 3, 4}
         assert all(c["constexprs"]["DP4A"] is dp4a and c["constexprs"]["BLOCK_KU"] == (256 if dp4a else 1024) for c in gs)
-        names = [c["name"] for c in T.compile_cases(table)]
-        assert len(names) == len(set(names))
-    monkeypatch.undo()
-    probe = [c for c in T.ascend_compile_cases() if c["fn"] is T._qmm_gemv_kernel]   # the portable kernel, Ascend-lowered
+        assert len({c["name"] for c in gs}) == len(gs)
+    probe = G.ascend_compile_cases()   # the portable kernel, Ascend-lowered
     assert probe and all(not c["constexprs"]["DP4A"] and not c["constexprs"]["REDUCE"] for c in probe)
-    assert not any(c["fn"] is T._qmm_gemv_kernel for c in T.compile_cases("ascend"))   # not in the "ascend" table
 
 
-@_host
-def test_gemv_stream_compile_case_names_carry_the_buckets_max_m(monkeypatch):
-    """Two gemv_stream buckets over one N range (M = 1 and M = 2 at N <= 2560) gave the same compile-case names (the
-    name held only the N range and MROWS): the name carries the bucket's max_m too, then the token rows."""
-    cfgs = json.loads(json.dumps(T._all_configs()))
-    qc = cfgs["cuda"]["quant_matmul"]["buckets"]
-    qc[:] = [b for b in qc if b.get("mma") != "gemv_stream"]
-    qc[:0] = [dict(_gs(1, 1024, ppc=16, w=1), max_m=1, max_n=2560), dict(_gs(4, 1024, pf=True), max_m=2, max_n=2560),
-              dict(_gs(4, 1024), max_m=4, max_n=2560)]
-    monkeypatch.setattr(T, "_all_configs", lambda: cfgs)
-    gs = [c["name"] for c in T.compile_cases("cuda") if c["fn"] is T._qmm_gemv_kernel]
-    assert sum("_two_w_int32" in n for n in gs) == 2 and len(gs) == len(set(gs))   # the M = 1 bucket's
-    gs = [n for n in gs if "_two_w_int32" not in n]
-    assert len(gs) == 4 * (1 + 2 + 4)   # M 1..max_m x even/tail x bf16/fp16, one split
-    assert any(n.startswith("quant_matmul_gemv_stream_m1_n0-2560_r1_") for n in gs)
-    assert any(n.startswith("quant_matmul_gemv_stream_m2_n0-2560_r1_") for n in gs)
-    assert any(n.startswith("quant_matmul_gemv_stream_m2_n0-2560_r2_") for n in gs)
-    assert any(n.startswith("quant_matmul_gemv_stream_m4_n0-2560_r4_") for n in gs)
+# the streaming GEMV at M = 1 and M = 2 on small analogues of qkv_a / moe_gate, through every entry point: K tails,
+# K % 4 != 0 and non-K-major weights (dp4a falls back to int8 loads on the GPU; the interpreter never takes dp4a),
+# bias dtypes, out dtypes; outputs poisoned (the autouse fixture)
+def _gemv_cfg(M: int) -> dict:
+    """The "cuda" table's streaming-GEMV config for M token rows at N 40, K 7168 when it has one, else a GEMV tile."""
+    p = T.plan_quant_matmul(M, 40, 7168, _CPU, backend_key="cuda")
+    cfg = {k: v for k, v in p.items() if k not in ("SPLIT_K", "K_PER_SPLIT")}
+    return cfg if cfg.get("mma") == "gemv_stream" else _gs(1 if M == 1 else 4, 1024, pf=M == 2)
 
 
-# the "cuda" table's first two buckets (M = 1 and M = 2, N <= 2560) are streaming GEMVs: small analogues of qkv_a / moe_gate
-# through every entry point, K tails, K % 4 != 0 and non-K-major weights (dp4a falls back to int8 loads on the GPU;
-# the interpreter never takes dp4a), bias dtypes, out dtypes; outputs poisoned (the autouse fixture)
 _GEMV_TABLE_CASES = [
     # M, K, N, weight layout, bias dtype, out dtype, entry point
     (1, 1024, 37, "kmajor", torch.float32, torch.float32, "op"),       # K = BLOCK_K: one even step, dp4a-eligible
@@ -1570,75 +1404,71 @@ _GEMV_TABLE_CASES = [
 
 @pytest.mark.parametrize("case", _GEMV_TABLE_CASES,
                          ids=lambda c: f"M{c[0]}-K{c[1]}-N{c[2]}-{c[3]}-bias{str(c[4])[6:] if c[4] else 'None'}-{str(c[5])[6:]}-{c[6]}")
-def test_Q1_gemv_stream_table_buckets_m1_m2_bit_identical(case, gen, monkeypatch):
-    """M = 1 and M = 2, N <= max_n on the "cuda" table: the plan is that M's gemv_stream bucket (M = 2: prefetch, 4-row
-    tiles), the GEMV launcher runs (once), and the result through T.quant_matmul / ops.quant.quant_matmul /
-    torch.ops.ds.quant_matmul is bit-identical to the reference (bf16: RNE or the interpreter's truncation of the
-    fp32 reference); outputs start poisoned; the dp4a layout check says no exactly for K % 4 != 0 and the
-    non-K-major weights."""
+def test_Q1_gemv_stream_m1_m2_bit_identical(case, gen, cuda_table, monkeypatch):
+    """M = 1 and M = 2: the streaming GEMV's config (the "cuda" table's when it has one) through the launcher, and the
+    "cuda" table through ops.quant.quant_matmul / torch.ops.ds.quant_matmul, bit-identical to the reference (bf16:
+    RNE or the interpreter's truncation of the fp32 reference); the GEMV launcher runs exactly when the plan names
+    it; outputs start poisoned; the dp4a layout check says no exactly for K % 4 != 0 and the non-K-major weights."""
     M, K, N, layout, bias_dtype, out_dtype, entry = case
-    want = _gemv_bucket_for(M)
-    monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
     calls = []
-    launch = T._launch_gemv_stream
-    monkeypatch.setattr(T, "_launch_gemv_stream", lambda *a, **kw: calls.append(a[6]) or launch(*a, **kw))
+    launch = T.quant_matmul_gemv
+    monkeypatch.setattr(T, "quant_matmul_gemv", lambda *a, **kw: calls.append(a[6]) or launch(*a, **kw))
     assert torch.empty(3).isnan().all(), "outputs must start poisoned"
-    p = T.plan_quant_matmul(M, N, K, torch.device("cpu"))
-    assert p["mma"] == "gemv_stream" and p["SPLIT_K"] == 1 and int(p["max_m"]) == M, p
-    assert all(p[k] == want[k] for k in ("BLOCK_N", "BLOCK_K", "num_warps", "programs_per_sm")), p
-    assert bool(p.get("prefetch")) == bool(want.get("prefetch")) == (M == 2), p
+    cfg = _gemv_cfg(M)
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, layout=layout, bias=bias_dtype is not None,
                                   bias_dtype=bias_dtype or torch.float32)
-    assert T._gemv_stream_dp4a_ok(x, w, int(p["BLOCK_K"])) == (K % 4 == 0 and layout == "kmajor")
-    fn = {"kernel": T.quant_matmul, "op": ops.quant.quant_matmul, "ds": torch.ops.ds.quant_matmul}[entry]
-    out = fn(x, w, ws, xs, bias=b, out_dtype=out_dtype)
-    assert len(calls) == 1 and calls[0]["mma"] == "gemv_stream" and int(calls[0]["max_m"]) == M, calls
+    assert T.gemv_stream_dp4a_ok(x, w, int(cfg["BLOCK_K"])) == (K % 4 == 0 and layout == "kmajor" and
+                                                                 cfg["BLOCK_K"] % 4 == 0)
+    if entry == "kernel":
+        out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=out_dtype, config=cfg)
+        wants = True
+    else:
+        out = {"op": ops.quant.quant_matmul, "ds": torch.ops.ds.quant_matmul}[entry](x, w, ws, xs, bias=b,
+                                                                                   out_dtype=out_dtype)
+        wants = T.plan_quant_matmul(M, N, K, _CPU).get("mma") == "gemv_stream"
+    assert len(calls) == int(wants) and all(c["mma"] == "gemv_stream" for c in calls), calls
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=out_dtype), out_dtype,
                         R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32))
 
 
 @pytest.mark.parametrize("M", [1, 2])
-def test_Q1_gemv_stream_table_bucket_m1_extremes_and_n_edge(M, gen, monkeypatch):
-    """The table's M = 1 and M = 2 GEMVs at the int32 extremes (all −127 x 127: 127²·K, K = 4096) and at N = max_n
-    (the last N they take; every one of the M x max_n outputs written, none left poisoned): exact."""
-    monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
+def test_Q1_gemv_stream_m1_m2_extremes_and_n_edge(M, gen):
+    """The M = 1 and M = 2 GEMV configs at the int32 extremes (all −127 x 127: 127²·K, K = 4096) and at N = 2560
+    (every one of the M x N outputs written, none left poisoned): exact."""
+    cfg = _gemv_cfg(M)
     K = 4096
     x = torch.full((M, K), -127, dtype=torch.int8)
     w = R.pack_weight(torch.full((K, 8), 127, dtype=torch.int8), "cuda")
-    assert T.plan_quant_matmul(M, 8, K, torch.device("cpu"))["max_m"] == M
-    assert T.plan_quant_matmul(M, 8, K, torch.device("cpu"))["mma"] == "gemv_stream"
-    out = T.quant_matmul(x, w, torch.ones(8), torch.ones(M), out_dtype=torch.float32)
+    out = T.quant_matmul_config(x, w, torch.ones(8), torch.ones(M), out_dtype=torch.float32, config=cfg)
     assert torch.equal(out, torch.full((M, 8), -127.0 * 127.0 * K))
-    K, N = 520, _MAX_N
-    assert T.plan_quant_matmul(M, N, K, torch.device("cpu"))["mma"] == "gemv_stream"
+    K, N = 520, 2560
     x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
-    out = T.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32)
+    out = T.quant_matmul_config(x, w, ws, xs, bias=b, out_dtype=torch.float32, config=cfg)
     _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
 
 
 @_gpu
-def test_gpu_gemv_stream_table_bucket_m1_decode_shapes():
-    """(GPU) qkv_a (K7168 N2112) and moe_gate (K7168 N2048) at M = 1 and M = 2 through the table: that M's gemv_stream
-    plan (M = 2: prefetch) with dp4a taken (K-major weight); without bias fp32 out bit-identical to the CPU reference
+def test_gpu_gemv_stream_m1_m2_decode_shapes():
+    """(GPU) qkv_a (K7168 N2112) and moe_gate (K7168 N2048) at M = 1 and M = 2 on the streaming GEMV (the table's
+    config when it has one) with dp4a taken (K-major weight); without bias fp32 out bit-identical to the CPU reference
     and bf16 out to its RNE cast (two fp32 multiplies, one cast); a row-major weight (dp4a off) gives the same bits;
     with bias (an FMA may contract the epilogue) within the bf16 tolerance."""
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(21)
     for M, K, N in ((1, 7168, 2112), (1, 7168, 2048), (2, 7168, 2112), (2, 7168, 2048)):
         p = T.plan_quant_matmul(M, N, K, dev)
-        assert p["mma"] == "gemv_stream" and p["dp4a"] and p["SPLIT_K"] == 1 and int(p["max_m"]) == M, p
-        assert bool(p.get("prefetch")) == (M == 2), p
+        p = p if p.get("mma") == "gemv_stream" else T.plan_quant_matmul(M, N, K, dev, _gemv_cfg(M))
         x, w, ws, xs, b = _qmm_inputs(M, K, N, g, bias=True)
         ref32 = R.quant_matmul(x, w, ws, xs, out_dtype=torch.float32)
         xd, wd, wsd, xsd, bd = (t.to(dev) for t in (x, w, ws, xs, b))
-        assert T._gemv_stream_dp4a_ok(xd, wd, int(p["BLOCK_K"]))
-        o32 = T.quant_matmul(xd, wd, wsd, xsd, out_dtype=torch.float32)
+        assert T.gemv_stream_dp4a_ok(xd, wd, int(p["BLOCK_K"]))
+        o32 = T.quant_matmul_config(xd, wd, wsd, xsd, out_dtype=torch.float32, config=p)
         assert torch.equal(o32.cpu(), ref32), (M, K, N)
-        assert torch.equal(T.quant_matmul(xd, wd, wsd, xsd).cpu(), ref32.to(torch.bfloat16)), (M, K, N)
+        assert torch.equal(T.quant_matmul_config(xd, wd, wsd, xsd, config=p).cpu(), ref32.to(torch.bfloat16)), (M, K, N)
         wr = wd.contiguous()
-        assert not T._gemv_stream_dp4a_ok(xd, wr, int(p["BLOCK_K"]))
-        assert torch.equal(T.quant_matmul(xd, wr, wsd, xsd, out_dtype=torch.float32).cpu(), ref32), (M, K, N)
-        assert_close(T.quant_matmul(xd, wd, wsd, xsd, bias=bd).cpu(), R.quant_matmul(x, w, ws, xs, bias=b), "bf16")
+        assert not T.gemv_stream_dp4a_ok(xd, wr, int(p["BLOCK_K"]))
+        assert torch.equal(T.quant_matmul_config(xd, wr, wsd, xsd, out_dtype=torch.float32, config=p).cpu(), ref32), (M, K, N)
+        assert_close(T.quant_matmul_config(xd, wd, wsd, xsd, bias=bd, config=p).cpu(), R.quant_matmul(x, w, ws, xs, bias=b), "bf16")
 
 
 @_gpu
@@ -1655,11 +1485,10 @@ def test_gpu_gemv_stream_dp4a_bit_identical_and_graph_safe():
                            ((1, 7168, 2112), _gs(4, 1024, pf=True)), ((2, 1000, 301), _gs(4, 256, split=3, pf=True)),
                            ((1, 7168, 2112), _gs(4, 1024, dp4a=False, pf=True))):
         _gpu_config_exact_eager_and_graph(M, K, N, cfg, g, dev)
-    for buf, _ in T._COUNTERS.values():
+    for buf, _ in QC.COUNTERS.values():
         assert int(buf.abs().sum()) == 0
 
 
-# mutation audit, round 2 (session 9)
 @pytest.mark.parametrize("M", [3, 4])
 @pytest.mark.parametrize("pf", [False, True])
 def test_gemv_stream_unsplit_three_and_four_rows(M, pf, gen):
@@ -1674,15 +1503,14 @@ def test_gemv_stream_unsplit_three_and_four_rows(M, pf, gen):
 
 
 def test_row_config_block_m_must_be_a_power_of_two(gen):
-    """Fuzzing finding (session 9): block_m 3 crashed inside the interpreter (arange of 3); now a ValueError."""
+    """A fuzzing finding: block_m 3 crashed inside the interpreter (arange of 3); now a ValueError."""
     x = torch.randn(4, 64, generator=gen).half()
     with pytest.raises(ValueError, match="block_m must be a power of two"):
         T.dynamic_quant_config(x, config=dict(max_block_k=64, block_m=3, num_warps=1, grid_cap=0))
 
 
 # ----------------------------------------------------------------------------------------------
-# session 10: programmatic dependent launch (bucket key pdl, ops/triton/_pdl.py) and the re-tuned decode buckets
-# (docs/perf/quant_sweep13_pdl_stages.md)
+# programmatic dependent launch (bucket key pdl, ops/triton/_pdl.py)
 # ----------------------------------------------------------------------------------------------
 @_host
 def test_pdl_launch_only_on_cuda_when_asked_and_not_turned_off(monkeypatch):
@@ -1714,48 +1542,19 @@ def test_pdl_config_must_be_a_bool():
 
 
 @_host
-@pytest.mark.parametrize("gemm, M, stages, pdl", [
-    ("q_b", 1, 3, False), ("q_b", 16, 3, False), ("dense_gate", 16, 3, False),    # M <= 16, N >= 8192
-    ("o_proj", 16, 5, False), ("moe_gate_up", 16, 5, False),                       # M <= 16, N < 8192
-    ("qkv_a", 16, 9, True), ("moe_gate", 16, 9, True),   # the BN16 tile: 9 stages, one program per SM, with pdl
-    ("o_proj", 64, 4, False), ("dense_down", 64, 4, False), ("moe_down", 64, 4, False),   # M 33..64, 4224 <= N < 8192
-    ("o_proj", 32, 5, False),                                                      # M 17..32: the 32-row tile
-    ("qkv_a", 64, 5, False), ("moe_gate", 64, 5, False), ("moe_gate_up", 64, 5, False),  # M 33..64, N < 4224
-    ("q_b", 64, 4, False), ("qkv_a", 128, 6, False), ("moe_gate", 96, 6, False)])   # M 65..128, N <= 2560: session 12
-def test_cuda_decode_buckets_after_session_10(gemm, M, stages, pdl):
-    """The cuda table's decode buckets pick the measured winners (bucket order matters: a general bucket placed
-    first would hide the N-ranged ones)."""
-    from ops.quant import QUANT_MATMUL_KN
-    K, N = QUANT_MATMUL_KN[gemm]
-    b = T._bucket(M, _CUDA_QMM, N, K)
-    assert (int(b["num_stages"]), bool(b.get("pdl", False))) == (stages, pdl), b
-
-
-@_host
-@pytest.mark.parametrize("op, last", [("dynamic_quant", 16), ("rms_norm_dynamic_quant", 32)])
-def test_cuda_row_buckets_pdl_only_at_3_to_16_or_32_rows(op, last):
-    """The cuda table launches the row ops with PDL at M 3..16 (session 10: where both kernels of a row quant -> GEMM
-    pair take part; M 64..128 lost up to 42 % back to back, M 1..2 feed the GEMV, which has none), and
-    rms_norm_dynamic_quant also at M 17..32 (session 11: its GEMMs there, qkv_a and the MoE gates, have PDL too;
-    pairs 15.0 -> 13.4 us). dynamic_quant feeds no PDL GEMM at M 17..32 (o_proj, moe_down: +0.2 us per pair)."""
-    cfg = T._all_configs()["cuda"][op]
-    got = {M: T._cached_row_launch.__wrapped__(op, M, 7168, "cuda")[8] for M in (1, 2, 3, 16, 17, 32, 33, 64, 256, 4096)}
-    assert got == {M: 3 <= M <= last for M in got}, got
-    assert T._cached_row_launch.__wrapped__(op, 16, 7168, "ascend")[8] is False
-    assert cfg is not None
-
-
-@_host
 def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
-    """Every cuda-table case the launcher runs with PDL (and the streaming GEMV and the row kernels with PDL forced)
+    """Every cuda-table case the launcher runs with PDL (and the streaming GEMV, the row kernels and a GEMM tile with
+    PDL forced)
     compiles for sm_90 with griddepcontrol.launch_dependents and then griddepcontrol.wait before the kernel's first
     global / shared load or store, cp.async or atomic (a kernel that read x before the wait would race the kernel
     that writes it). Cases without PDL have neither instruction. Compiled in a subprocess without TRITON_INTERPRET."""
     code = (
-        "import triton, ops.triton.quant as T\n"
+        "import triton, ops.triton.quant as T, ops.triton.quant_gemv as G, ops.triton.quant_row as QR\n"
         "from triton.backends.compiler import GPUTarget\n"
         "from tests.pdl_ptx import check_pdl_order\n"
-        "cases = T.compile_cases('cuda')\n"
+        "cases = T.compile_cases('cuda') + G.compile_cases('cuda') + QR.compile_cases('cuda')\n"
+        "gemm = [dict(c, constexprs=dict(c['constexprs'], PDL=True), name=c['name'] + '_forced')\n"
+        "        for c in cases if c['name'].startswith('quant_matmul_b') and c['name'].endswith('fused_even_bf16')][:1]\n"
         "gemv = [dict(c, constexprs=dict(c['constexprs'], PDL=True), name=c['name'] + '_forced')\n"
         "        for c in cases if 'gemv_stream' in c['name'] and c['name'].endswith('even_bf16')]\n"
         "rows = [dict(c, constexprs=dict(c['constexprs'], PDL=True), name=c['name'] + '_forced')\n"
@@ -1763,6 +1562,7 @@ def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
         "        and c['name'].endswith('smooth_bf16_b0')]\n"
         "plain = [c for c in cases if not c['constexprs'].get('PDL') and c['name'].endswith('even_bf16')][:3]\n"
         "table = [c for c in cases if c['constexprs'].get('PDL') and 'bf16' in c['name']]\n"
+        "gemv, rows = gemv + gemm, rows\n"
         "todo = table + gemv + rows + plain\n"
         "n = {True: 0, False: 0}\n"
         "for c in todo:\n"
@@ -1772,13 +1572,13 @@ def test_pdl_compiles_for_sm90_with_the_wait_before_any_memory_access():
         "    pdl = bool(c['constexprs'].get('PDL'))\n"
         "    n[pdl] += 1\n"
         "    check_pdl_order(ptx, pdl, c['name'])\n"
-        "kinds = {c['fn'].__name__ for c in table}\n"
+        "kinds = {c['fn'].__name__ for c in table + gemv + rows}\n"
         "print('checked', n[True], n[False], len(gemv), len(rows), len(table), len(kinds))\n")
     r = run_uninterpreted(code, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     n_pdl, n_plain, n_gemv, n_rows, n_table, n_kinds = (int(v) for v in r.stdout.split()[-6:])
-    # the table's PDL launches: the M 3..16 GEMM tile and both row kernels at M 3..16
-    assert n_plain == 3 and n_gemv >= 2 and n_rows >= 2 and n_kinds == 3 and n_pdl == n_table + n_gemv + n_rows, r.stdout
+    # the table's PDL launches, plus every kernel kind with PDL forced (the tiled GEMM, the GEMV, both row kernels)
+    assert n_plain == 3 and n_gemv >= 2 and n_rows >= 2 and n_kinds == 4 and n_pdl == n_table + n_gemv + n_rows, r.stdout
 
 
 @_host
@@ -1789,8 +1589,9 @@ def test_pdl_launch_and_constexpr_always_together(pdl, monkeypatch):
     two row kernels, with the device check forced on."""
     from ops.triton import _pdl
     monkeypatch.setattr(_pdl, "pdl_launch", lambda device, wanted: wanted)   # pdl_kwargs asks it
-    log = record_launches(monkeypatch, T, ("_qmm_kernel", "_qmm_gemv_kernel", "_dynamic_quant_kernel",
-                                           "_rms_norm_quant_kernel"))
+    log = record_launches(monkeypatch, T, ("_qmm_kernel",))
+    log2 = record_launches(monkeypatch, pytest.importorskip("ops.triton.quant_gemv"), ("_qmm_gemv_kernel",))
+    log3 = record_launches(monkeypatch, QR, ("_dynamic_quant_kernel", "_rms_norm_quant_kernel"))
     g = torch.Generator().manual_seed(3)
     x, w, ws, xs, _ = _qmm_inputs(16, 256, 64, g)
     T.quant_matmul_config(x, w, ws, xs, config=dict(_variant("dot", 16, 32, 128), pdl=pdl))
@@ -1801,17 +1602,24 @@ def test_pdl_launch_and_constexpr_always_together(pdl, monkeypatch):
     row = dict(max_block_k=1024, tile_elems=1024, num_warps=4, pdl=pdl)
     T.dynamic_quant_config(h, config=row)
     T.rms_norm_dynamic_quant_config(h, torch.ones(256), config=row)
-    assert len(log) == 4
-    for name, _, _, kw in log:
+    assert len(log) == len(log2) == 1 and len(log3) == 2
+    for name, _, _, kw in log + log2 + log3:
         kw = dict(kw)
         assert kw.get("launch_pdl", ("bool", False)) == kw.get("PDL", ("bool", False)) == ("bool", pdl), (name, kw)
 
 
 @_host
 def test_pdl_never_reaches_the_ascend_cases():
-    """The Ascend compile cases (and any table without pdl) keep PDL false: triton-ascend has no griddepcontrol."""
-    assert not any(c["constexprs"].get("PDL") for c in T.ascend_compile_cases())
-    assert any(c["constexprs"].get("PDL") for c in T.compile_cases("cuda"))
+    """The Ascend compile cases keep PDL false even for a bucket that asks for it: triton-ascend has no
+    griddepcontrol."""
+    G = pytest.importorskip("ops.triton.quant_gemv")
+    assert not any(c["constexprs"].get("PDL") for m in (T, QR, G) for c in m.ascend_compile_cases())
+    q = T.tables()["ascend"]["quant_matmul"]
+    asked = dict(_variant("dot", 16, 32, 128), pdl=True)
+    assert not any(c["constexprs"]["PDL"] for c in T.qmm_cases(asked, q, "probe", "ascend"))
+    assert all(c["constexprs"]["PDL"] for c in T.qmm_cases(asked, q, "probe", "cuda"))
+    assert not any(c["constexprs"]["PDL"] for c in G.gemv_stream_cases(_gs(4, 64, pf=False) | {"pdl": True}, 2, "p",
+                                                                        "ascend"))
 
 
 @_gpu
@@ -1823,8 +1631,8 @@ def test_gpu_pdl_bit_identical_eager_graph_and_after_a_producer():
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(23)
     K, N = 7168, 2112
-    for M, base in ((64, dict(T._bucket(64, _CUDA_QMM, N, K))), (16, dict(T._bucket(16, _CUDA_QMM, N, K))),
-                    (1, dict(T._bucket(1, _CUDA_QMM, N, K)))):
+    for M, base in ((64, _variant("dot", 64, 32, 256, split="auto")), (16, dict(_MASK_CFG, k_batch=4)),
+                    (1, _gemv_cfg(1))):
         for pdl in (False, True):
             _gpu_config_exact_eager_and_graph(M, K, N, dict(base, pdl=pdl), g, dev)
         sets = [tuple(t.to(dev) for t in _qmm_inputs(M, K, N, g)[:4]) for _ in range(6)]
@@ -1835,7 +1643,7 @@ def test_gpu_pdl_bit_identical_eager_graph_and_after_a_producer():
             assert all(torch.equal(a, b) for a, b in zip(got, want))
     # producer → PDL consumer: x is written by the kernel just before
     M = 64
-    base = dict(T._bucket(M, _CUDA_QMM, N, K), pdl=True)
+    base = dict(_variant("dot", 64, 32, 256, split="auto"), pdl=True)
     w = R.pack_weight(torch.randint(-127, 128, (K, N), generator=g, dtype=torch.int8), "cuda").to(dev)
     ws = ((0.5 + torch.rand(N, generator=g)) / (127.0 * K ** 0.5)).to(dev)
     hs = [torch.randn(M, K, generator=g).to(torch.bfloat16).to(dev) for _ in range(4)]
@@ -1904,8 +1712,9 @@ def test_gpu_pdl_waits_for_a_producer_that_lets_it_launch_early():
     g = torch.Generator().manual_seed(29)
     K, N = 7168, 2112
     stale = 0
-    for M in (64, 16, 1):
-        base = dict(T._bucket(M, _CUDA_QMM, N, K), pdl=True)
+    for M, base in ((64, _variant("dot", 64, 32, 256, split="auto")), (16, dict(_MASK_CFG, k_batch=4)),
+                    (1, _gemv_cfg(1))):
+        base = dict(base, pdl=True)
         x_old, w, ws, xs, _ = _qmm_inputs(M, K, N, g)
         x_new = torch.randint(-127, 128, (M, K), generator=g, dtype=torch.int8)
         want = R.quant_matmul(x_new, w, ws, xs)
@@ -1937,7 +1746,7 @@ def test_gpu_pdl_waits_for_a_producer_that_lets_it_launch_early():
     (dict(max_block_k=1024, tile_elems=1024, num_warps=4, pdl="yes"), ValueError, "pdl must be true or false")])
 def test_row_configs_are_checked_before_any_launch(cfg, err, match):
     """A row-op config with a misspelt key, a non-power-of-two max_block_k, a bad pdl or a missing key is refused
-    with its name (session-10 new-user trial: a misspelt key was silently ignored)."""
+    with its name (a new-user trial: a misspelt key was silently ignored)."""
     x = torch.randn(2, 64)
     with pytest.raises(err, match=match):
         T.dynamic_quant_config(x, config=cfg)
@@ -1948,7 +1757,7 @@ def test_row_configs_are_checked_before_any_launch(cfg, err, match):
 @_host
 @pytest.mark.parametrize("change, err, match", [
     (dict(pld=True), ValueError, r"unknown quant_matmul config key\(s\) \['pld'\]"),
-    (dict(pdl_prefetch=True), ValueError, "'pdl_prefetch' was removed"),
+    (dict(pdl_prefetch=True), ValueError, r"unknown quant_matmul config key\(s\) \['pdl_prefetch'\]"),
     (dict(reduce="atomc"), ValueError, "reduce must be 'kernel' or 'atomic'"),
     (dict(pdl=2), ValueError, "pdl must be true or false"),
     (dict(split_k="Auto"), ValueError, "split_k must be 'auto' or an int >= 1"),
@@ -1961,30 +1770,39 @@ def test_row_configs_are_checked_before_any_launch(cfg, err, match):
     (dict(k_batch=8), ValueError, r"BLOCK_K / k_batch >= 32"),            # 128 / 8 = 16
     (dict(k_batch=2, mma="swap"), ValueError, "k_batch 2 needs mma 'dot'")])
 def test_quant_matmul_configs_are_checked_before_any_launch(change, err, match):
-    """A quant_matmul config with a misspelt or removed key, a bad reduce / pdl / split_k, a non-power-of-two tile
-    or a missing key is refused by the plan, with its name (session-10 new-user trial)."""
+    """A quant_matmul config with a misspelt or unknown key, a bad reduce / pdl / split_k, a non-power-of-two tile
+    or a missing key is refused by the plan, with its name (a new-user trial)."""
     cfg = {k: v for k, v in dict(_variant("dot", 16, 32, 128), **change).items() if v is not None}
     with pytest.raises(err, match=match):
         T.plan_quant_matmul(16, 64, 256, torch.device("cpu"), cfg)
 
 
 @_host
-def test_a_bad_table_bucket_is_refused_at_load_naming_it(monkeypatch):
-    """The tables are checked once, when first loaded, and the message names the table and the bucket."""
-    cfgs = json.loads(json.dumps(T.load_configs("quant")))
-    cfgs["cuda"]["quant_matmul"]["buckets"][3]["pld"] = True
-    monkeypatch.setattr(T, "load_configs", lambda name: cfgs)
-    T._all_configs.cache_clear()
-    try:
-        with pytest.raises(ValueError, match=r"configs/quant.json \['cuda'\] quant_matmul bucket 3: unknown"):
-            T._all_configs()
-    finally:
-        monkeypatch.undo()
-        T._all_configs.cache_clear()
+@pytest.mark.parametrize("damage, match", [
+    (lambda t: t["quant_matmul"]["buckets"][1]["config"].update(pld=True),
+     r"configs/cuda/quant.json quant_matmul bucket 1: unknown"),
+    (lambda t: t["dynamic_quant"]["buckets"][0]["config"].update(max_block_k=1000),
+     r"configs/cuda/quant.json dynamic_quant config 0: "),
+    (lambda t: t["quant_matmul"].update(_doc="why"), r"cuda/quant.json.*key '_doc': a config table holds"),
+    (lambda t: t["quant_matmul"]["buckets"][-1].update(match={"M": [0, 4]}), "the last bucket must match every"),
+    (lambda t: t["quant_matmul"]["buckets"][0].update(match={"M": [4, 1]}), r"match 'M' must be \[lo, hi\]"),
+    (lambda t: t["quant_matmul"]["buckets"][0].update(max_m=4), r"a bucket is \{'match'")])
+def test_a_bad_table_is_refused_at_load_naming_it(damage, match):
+    """The tables are checked once, when loaded, against the grammar and the launchers' keys; the message names the
+    file and the bucket (a table with notes, a shadowing catch-all or a launch key at the bucket's top level is
+    refused too). The shipped tables are back afterwards."""
+    from ops.triton._common import replaced_configs
+    cuda = json.loads(json.dumps(T.tables()["cuda"]))
+    damage(cuda)
+    with pytest.raises(ValueError, match=match):
+        with replaced_configs("quant", {**T.tables(), "cuda": cuda}):
+            QC.tables()
+            QR.row_config("dynamic_quant", 1, "cuda")
+    assert T.tables()["cuda"] != cuda and QR.row_config("dynamic_quant", 1, "cuda")
 
 
 # ----------------------------------------------------------------------------------------------
-# session 11: bucket key "k_batch" (its reference cases are in _VARIANT_CASES above)
+# bucket key "k_batch" (its reference cases are in _VARIANT_CASES above)
 # ----------------------------------------------------------------------------------------------
 def test_k_batch_slices_each_reach_the_sum(gen):
     """Negative control for the slicing: a weight that is zero except in one K column of the last slice of the
@@ -2017,61 +1835,32 @@ def test_k_batch_hypothesis(M, K, N, kb, split, seed):
 
 
 @_host
-@pytest.mark.parametrize("gemm, M, tile", [
-    ("qkv_a", 3, (16, 16, 512, 9, 4)), ("qkv_a", 16, (16, 16, 512, 9, 4)), ("moe_gate", 16, (16, 16, 512, 9, 4)),
-    ("qkv_a", 17, (32, 16, 512, 6, 4)), ("qkv_a", 32, (32, 16, 512, 6, 4)), ("moe_gate", 32, (32, 16, 512, 6, 4)),
-    ("o_proj", 32, (32, 64, 256, 5, 1)), ("q_b", 32, (32, 64, 256, 5, 1)),      # N > 2560: the 32×64 tile, unbatched
-    ("qkv_a", 33, (64, 32, 256, 5, 1)), ("qkv_a", 2, None)])                    # M 33..64 wgmma tile; M 2 GEMV
-def test_cuda_k_batch_buckets_after_session_11(gemm, M, tile):
-    """Session 11 (docs/perf/quant_gating.md): the N <= 2560 tiles at M 3..16 and 17..32 take k_batch 4 (one warp per
-    128-byte K slice; qkv_a M16 7.76 -> 6.91 us, M32 10.19 -> 7.48 us on the H200), one program per SM, with PDL."""
-    from ops.quant import QUANT_MATMUL_KN
-    K, N = QUANT_MATMUL_KN[gemm]
-    b = T._bucket(M, _CUDA_QMM, N, K)
-    if tile is None:
-        assert b.get("mma") == "gemv_stream" and "k_batch" not in b
-        return
-    got = (b["BLOCK_M"], b["BLOCK_N"], b["BLOCK_K"], b["num_stages"], b.get("k_batch", 1))
-    assert got == tile, b
-    if tile[-1] > 1:   # rows past M masked at M <= 16 (M = 3 would load 13 wrapped rows), wrapped at 17..32 (round 77)
-        assert b["split_k"] == 1 and b["pdl"] and b["BLOCK_K"] // b["k_batch"] >= 128
-        assert bool(b.get("mask_m")) == (tile[0] == 16), b
-
-
-@_host
 @pytest.mark.parametrize("kb", [1, 4])
 def test_k_batch_reaches_the_kernel_launch_and_the_compile_cases(kb, monkeypatch):
     """The launcher passes the plan's k_batch as the K_BATCH constexpr (an unbatched launch is exact too, so only this
-    test sees a launcher that drops it), and the cuda compile cases carry the table's k_batch 4 on the N <= 2560 tiles
-    at M 3..32 and 1 elsewhere."""
+    test sees a launcher that drops it), and a bucket's k_batch reaches its compile cases."""
     log = record_launches(monkeypatch, T, ("_qmm_kernel",))
     x, w, ws, xs, _ = _qmm_inputs(16, 512, 64, torch.Generator().manual_seed(5))
     T.quant_matmul_config(x, w, ws, xs, config=_variant("dot", 16, 16, 256, k_batch=kb))
     assert len(log) == 1 and dict(log[0][3])["K_BATCH"] == ("int", kb), log
-    batched = {c["name"].rsplit("_", 3)[0] for c in T.compile_cases("cuda")
-               if c["fn"] is T._qmm_kernel and c["constexprs"]["K_BATCH"] == 4}
-    assert batched == {"quant_matmul_m16_n0-2560", "quant_matmul_m32_n0-2560"}, batched
-    assert all(c["constexprs"]["K_BATCH"] == 1 for c in T.compile_cases("ascend") if c["fn"] is T._qmm_kernel)
+    for t in _TABLES:
+        q = T.tables()[t]["quant_matmul"]
+        assert all(c["constexprs"]["K_BATCH"] == kb
+                   for c in T.qmm_cases(_variant("dot", 16, 16, 256, k_batch=kb), q, "probe", t))
 
 
 @pytest.mark.parametrize("M", [1, 2])
-def test_wide_n_streaming_gemv_through_the_registered_op(M, gen, monkeypatch):
-    """Session 12: at M 1 and 2, N past the narrow buckets' max_n takes the wide streaming GEMV bucket when
-    K >= 2048 (K = 2048 exactly: its min_k; a K-major weight, so dp4a) and the BN64 tile at K = 2044: both through
-    the registered op on the "cuda" table, with bias and fp32 out, bit-identical to the reference; the GEMV launcher
-    runs with the wide bucket exactly when K >= 2048."""
-    monkeypatch.setattr(T, "_backend_key", lambda device: "cuda")
-    N = _MAX_N + 40
+def test_wide_n_decode_through_the_registered_op(M, gen, cuda_table, monkeypatch):
+    """At M 1 and 2, N 2600 (past the narrow decode widths) at K 2048 and 2044 through the registered op on the
+    "cuda" table, with bias and fp32 out: bit-identical to the reference whichever kernel the plan picks; the GEMV
+    launcher runs exactly when the plan names it."""
+    N = 2600
     calls = []
-    launch = T._launch_gemv_stream
-    monkeypatch.setattr(T, "_launch_gemv_stream", lambda *a, **kw: calls.append(a[6]) or launch(*a, **kw))
-    for K in (_GEMV_MIN_K, _GEMV_MIN_K - 4):
+    launch = T.quant_matmul_gemv
+    monkeypatch.setattr(T, "quant_matmul_gemv", lambda *a, **kw: calls.append(a[6]) or launch(*a, **kw))
+    for K in (2048, 2044):
         calls.clear()
         x, w, ws, xs, b = _qmm_inputs(M, K, N, gen, bias=True)
         out = ops.quant.quant_matmul(x, R.pack_weight(w, "cuda"), ws, xs, bias=b, out_dtype=torch.float32)
         _exact_vs_reference(out, R.quant_matmul(x, w, ws, xs, bias=b, out_dtype=torch.float32), torch.float32)
-        if K >= _GEMV_MIN_K:
-            assert len(calls) == 1 and calls[0]["max_m"] == M and "max_n" not in calls[0], calls
-            assert calls[0]["programs_per_sm"] == (16 if M == 1 else 8)
-        else:
-            assert not calls
+        assert len(calls) == int(T.plan_quant_matmul(M, N, K, _CPU).get("mma") == "gemv_stream")

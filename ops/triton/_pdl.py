@@ -5,7 +5,7 @@ A kernel launched with ``launch_pdl=True`` may start once every program of the p
 ``griddepcontrol.launch_dependents`` (or exited). Each program of ours calls it first (:func:`pdl_start`), then
 ``griddepcontrol.wait`` (:func:`pdl_wait`; both: :func:`pdl_enter`), which returns once the previous kernel has finished and its writes are
 visible; only then does it touch memory. So the result never depends on the overlap. (Asking L2 for the weights
-before the wait was measured too and lost: docs/perf/quant_gating.md, session 10.)
+before the wait lost on the H200: docs/performance.md.)
 
 On Ascend and under the interpreter ``PDL`` is a false constexpr, so the calls are never generated; a Triton without
 ``tl.extra.cuda.gdc_wait`` (triton-ascend 3.2 has no ``tl.extra.cuda``) gets no-op helpers, because its JIT still

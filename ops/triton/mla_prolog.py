@@ -2,8 +2,11 @@
 
 One source for CUDA (triton ≥ 3.2; tested with 3.6 on the H200), Ascend (triton-ascend 3.2) and the CPU
 interpreter (``TRITON_INTERPRET=1``). Semantics and rounding points: reference/mla_prolog.py and DESIGN.md
-§ds::mla_prolog. Launch configs are data: ``ops/triton/configs/mla_prolog.json`` keyed ``"cuda"`` /
-``"ascend"`` (the CPU interpreter uses ``"ascend"`` so CI exercises the persistent-loop path).
+§ds::mla_prolog. Launch configs are data: ``ops/triton/configs/<backend>/mla_prolog.json``,
+``cuda`` / ``ascend`` (the CPU
+interpreter uses ``ascend`` so CI exercises the persistent-loop path); sections ``down`` / ``row`` / ``query``
+whose buckets match on ``T`` (tokens) and ``int8`` (int8 operands of that kernel: token_x for down and row,
+W_UQ_QR for query), grammar in :mod:`ops.triton._common`, keys in :data:`_SECTION_KEYS`.
 
 Three launches per call; decode (T ≤ 128) is weight-streaming bound, so each kernel is built to read
 its weights once with enough programs to fill the device:
@@ -43,10 +46,8 @@ launch — each query program first recomputes the cq → cqn rows (same code, s
 buffer; a CTA barrier; it reads only rows it wrote itself), T extra programs do the ckv / kr → cache part.
 
 All quant modes of the reference (bf16, partial, full A8W8, and each with C8) run in these three kernels.
-Measured limits per kernel (H200): docs/perf/mla_prolog.md. Switches that lost on the H200 in every measurement
-were removed (session 4: W_UK L2-prefetch programs in the row kernel ``row.prefetch_uk`` / ``prefetch_tail``,
-``query.uk_l2``, ``query.absorb_split``; session 5: more programs per head ``query.k_split`` / ``split_rope``,
-``query.early_uk``, ``query.fuse_row_wait_max_t``); a config or override that still names one raises ValueError.
+Measured limits per kernel (H200): docs/performance.md. A config or override naming an unknown key raises
+ValueError.
 
 Portability: triton-ascend 3.2 subset; ``tl.dot`` accumulates in fp32 / int32 (``out_dtype=tl.int32`` is
 spelled out), fp32 operands use ``input_precision="ieee"`` (no TF32); divisions and sqrt that set
@@ -69,8 +70,8 @@ import triton
 import triton.language as tl
 
 from . import quant as _quant
-from ._common import (backend_key as _backend_key, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
-                      sm_count as _sm_count, unit_inner as _unit_inner)
+from ._common import (backend_key as _backend_key, bounds, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
+                      resolve, select, sm_count as _sm_count, unit_inner as _unit_inner)
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -92,23 +93,15 @@ def _grid(n_items: int, cap: int) -> int:
     return max(1, min(n_items, cap) if cap > 0 else n_items)
 
 
-def _bucket(T: int, buckets: list[dict]) -> dict:
-    for b in buckets:
-        if T <= int(b["max_t"]):
-            return b
-    return buckets[-1]
-
-
-def _row_section(rc: dict, T: int, int8: bool) -> dict:
-    """The row kernel's flat config for T tokens: the section's own keys, overridden by the first entry of its
-    "buckets" ("buckets_int8" when the down GEMM's operands are int8 and the section has one) with T ≤ max_t.
-    A section without buckets (the older flat form) is used as it is. Returns a new dict without max_t."""
-    r = {k: v for k, v in rc.items() if not k.startswith("buckets")}
-    key = "buckets_int8" if int8 and "buckets_int8" in rc else "buckets"
-    if key in rc:
-        r.update(_bucket(T, rc[key]))
-        r.pop("max_t", None)
-    return r
+def _reached(section: dict, int8: bool) -> list[tuple[int, dict]]:
+    """(index, config) of the buckets of ``section`` that some T reaches with this int8 flag (every T bound of the
+    table tried): the configs a compile check must build."""
+    seen = {}
+    for T in bounds(section["buckets"], "T") or [1]:
+        cfg = select(section["buckets"], T=T, int8=int8)
+        i = next(i for i, b in enumerate(section["buckets"]) if b["config"] is cfg)
+        seen.setdefault(i, cfg)
+    return sorted(seen.items())
 
 
 # ==============================================================================================
@@ -851,10 +844,10 @@ def plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, device: 
     Returns a new dict {down, row, query: per-kernel dicts; backend_key} (the caller may change it); plans
     without overrides are memoised per (shapes, int8 flags, config table, core count, act_bytes, gemv) —
     everything they depend on.
-    Raises ValueError if the "row" / "query" section of the table (or one of its buckets) or of ``overrides``
-    names a removed key (prefetch_uk, prefetch_tail, …, k_split, early_uk, …: ``_REMOVED_KEYS``), or if the
+    Raises ValueError if a "down" / "row" / "query" section of the table (or one of its buckets) or of ``overrides``
+    names an unknown key (:data:`_SECTION_KEYS`), or if the
     row config's ``parts`` is not 1 or 2; KeyError for a backend_key that is not a table of
-    configs/mla_prolog.json; ZeroDivisionError if He = 0 (K_PER_SPLIT becomes 0)."""
+    configs/<backend_key>/mla_prolog.json; ZeroDivisionError if He = 0 (K_PER_SPLIT becomes 0)."""
     key = backend_key or _backend_key(device)
     cores = cores or _cores(_all_configs()[key], device)
     if overrides:
@@ -872,27 +865,26 @@ def _cached_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, 
     return _make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, int8_down, int8_query, act_bytes, None, gemv)
 
 
-# config keys of switches that were measured on the H200, lost or tied and were removed (docs/perf/mla_prolog.md,
-# sessions 4, 5 and 10): a table or override that still names one is an error, not a silent no-op
-_REMOVED_KEYS = {"row": ("prefetch_uk", "prefetch_tail", "prefetch_programs_per_core", "PF_BLOCK",
-                         "pdl"),   # session 10: programmatic dependent launch (docs/perf/mla_prolog_sweep7.md)
-                 "query": ("uk_l2", "uk_l2_rows", "absorb_split",
-                           # session 5 (docs/perf/mla_prolog.md): more programs per head and earlier W_UK loads
-                           "k_split", "split_rope", "early_uk", "fuse_row_wait_max_t", "pdl"),
-                 "down": ("pdl",)}
+# every key a section (its shared keys, a bucket's config, or an override) may name: a typo or a removed switch is an
+# error, not a silent no-op
+_SECTION_KEYS = {"down": {"programs_per_core", "gemv_max_t", "max_split_k", "min_k_per_split", "grid_cap", "BLOCK_M",
+                          "BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "split_k"},
+                 "row": {"grid_cap", "num_warps", "parts"},
+                 "query": {"grid_cap", "evict_first_w", "fuse_row_max_t", "BLOCK_M", "BLOCK_K", "BLOCK_C", "PRE_UK",
+                           "num_warps", "num_stages"}}
 
 
-def _check_removed(cfg: dict, ov: dict) -> None:
-    """ValueError naming the first removed config key in the table's down / row / query sections (or their buckets)
-    or in the overrides."""
-    for sec, keys in _REMOVED_KEYS.items():
+def _check_keys(cfg: dict, ov: dict) -> None:
+    """ValueError naming the first unknown key of the table's down / row / query sections (shared keys or a bucket's
+    config) or of the overrides (:data:`_SECTION_KEYS`)."""
+    for sec, known in _SECTION_KEYS.items():
         c = cfg.get(sec, {})
-        dicts = [c, ov.get(sec, {})] + [b for k, v in c.items() if k.startswith("buckets") for b in v]
+        dicts = [{k: v for k, v in c.items() if k != "buckets"}, ov.get(sec, {})] + \
+            [b["config"] for b in c.get("buckets", [])]
         for d in dicts:
-            for k in keys:
-                if k in d:
-                    raise ValueError(f"mla_prolog config {sec}.{k} was removed (it lost on the H200: "
-                                     "docs/perf/mla_prolog.md, sessions 4, 5 and 10)")
+            unknown = sorted(set(d) - known)
+            if unknown:
+                raise ValueError(f"unknown mla_prolog {sec} config key(s) {unknown}; the keys are {sorted(known)}")
 
 
 def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, key: str, cores: int,
@@ -900,10 +892,10 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     """:func:`plan` for a resolved config table ``key`` and core count."""
     cfg = _all_configs()[key]
     ov = overrides or {}
-    _check_removed(cfg, ov)
+    _check_keys(cfg, ov)
     # --- down GEMM ---
     dc = cfg["down"]
-    d = dict(_bucket(T, dc["buckets_int8" if int8_down and "buckets_int8" in dc else "buckets"]))
+    d = dict(select(dc["buckets"], T=T, int8=int8_down))
     d.update(ov.get("down", {}))
     bm, bn, bk = int(d["BLOCK_M"]), int(d["BLOCK_N"]), int(d["BLOCK_K"])
     Ckv = Hckv + Dr
@@ -924,7 +916,7 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     eb = 1 if int8_down else act_bytes
     d["num_stages"] = _fit_stages(int(d.get("num_stages", 1)), (bm * bk + bk * bn) * eb, 0, smem)
     # --- row kernel ---
-    r = _row_section(cfg["row"], T, int8_down)
+    r = resolve(cfg["row"], T=T, int8=int8_down)
     r.update(ov.get("row", {}))
     parts = int(r.get("parts", 1))   # row work items per token: 1 (whole row) or 2 (cq | ckv + kr)
     if parts not in (1, 2):
@@ -933,7 +925,7 @@ def _make_plan(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int, ke
     r.update(BLOCK_Q=_p2(Hcq), BLOCK_KV=_p2(Hckv), BLOCK_R=_p2(Dr // 2), n_row=n_row, grid=n_row, PARTS=parts)
     # --- query kernel ---
     qc = cfg["query"]
-    q = dict(_bucket(T, qc["buckets_int8" if int8_query and "buckets_int8" in qc else "buckets"]))
+    q = dict(select(qc["buckets"], T=T, int8=int8_query))
     q.update(ov.get("query", {}))
     qbm, qbk = int(q["BLOCK_M"]), int(q["BLOCK_K"])
     bd, br, bc = _p2(D), _p2(Dr), int(q["BLOCK_C"])
@@ -984,8 +976,11 @@ class _Launch(NamedTuple):
     fuse_kw: dict = {}
 
 
-def _make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool,
-                 on_cuda: bool) -> _Launch:
+def make_launch(p: dict, full: bool, qint8: bool, kv8: bool, kr8: bool, has_smooth: bool, ieee: bool,
+                on_cuda: bool) -> _Launch:
+    """The three (or, fused, two) launches of plan ``p`` (:func:`plan`) for a mode: full A8W8 (int8 token_x), int8
+    W_UQ_QR (qint8), int8 kv / kr caches, smooth_scales_cq given, fp32 operands (ieee), CUDA tensors; grids and
+    keyword arguments only (no tensors), as the launcher passes them."""
     asc = p["backend_key"] == "ascend"
     d, r, q = p["down"], p["row"], p["query"]
     down_kw = dict(INT8=full, IEEE=ieee, EVEN_K=d["EVEN_K"],
@@ -1023,7 +1018,7 @@ def _cached_launch(T: int, He: int, Hcq: int, N: int, D: int, Dr: int, Hckv: int
     mode flags (int8 x / W_UQ_QR / kv / kr caches, smooth scales), fp32 activations, config table, core count
     and whether the device is CUDA, and whether the down GEMM runs on the streaming GEMV. Shared: its dicts are
     only ever unpacked into launches (``**``)."""
-    return _make_launch(_cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, act_bytes, gemv),
+    return make_launch(_cached_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, act_bytes, gemv),
                         full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
 
 
@@ -1147,9 +1142,10 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
                       dequant_scale_w_dq=None, dequant_scale_w_uq_qr=None, dequant_scale_w_dkv_kr=None,
                       quant_scale_ckv=None, quant_scale_ckr=None, smooth_scales_cq=None, rmsnorm_epsilon_cq=1e-5,
                       rmsnorm_epsilon_ckv=1e-5, cache_mode="PA_BSND", overrides: dict | None = None,
-                      backend_key: str | None = None):
+                      backend_key: str | None = None, cores: int | None = None):
     """:func:`mla_prolog` with explicit launch-config ``overrides`` ({"down": {...}, "query": {...}, "row": {...}},
-    see :func:`plan`) and/or config table ``backend_key`` — for perf sweeps and tests."""
+    see :func:`plan`), config table ``backend_key`` and/or core count ``cores`` (default: the table's, else the
+    device's SM count, else 20) — for perf sweeps and tests."""
     if cache_mode != "PA_BSND":
         raise ValueError(f"cache_mode {cache_mode!r} is not supported (only 'PA_BSND')")
     dev = token_x.device
@@ -1172,7 +1168,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
         return query, query_rope, dsq
 
     key = backend_key or _backend_key(dev)
-    cores = _cores(_all_configs()[key], dev)
+    cores = cores or _cores(_all_configs()[key], dev)
     has_smooth = smooth_scales_cq is not None
     ieee = dt == torch.float32
     on_cuda = dev.type == "cuda"
@@ -1181,7 +1177,7 @@ def mla_prolog_config(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr
     CT = Hcq + Ckv
     gemv = _down_gemv(key, T, He, CT, x, weight_dq, weight_dkv_kr, full, overrides)
     if overrides:
-        lp = _make_launch(_make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, dt.itemsize, overrides,
+        lp = make_launch(_make_plan(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, dt.itemsize, overrides,
                                      gemv is not None), full, qint8, kv8, kr8, has_smooth, ieee, on_cuda)
     else:
         lp = _cached_launch(T, He, Hcq, N, D, Dr, Hckv, key, cores, full, qint8, kv8, kr8, has_smooth, ieee,
@@ -1306,8 +1302,7 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
             if asc:
                 ce[a] = 1
     for int8 in (False, True):
-        dtab = cfg["down"]["buckets_int8" if int8 and "buckets_int8" in cfg["down"] else "buckets"]
-        for b in dtab:
+        for bi, b in _reached(cfg["down"], int8):
             for even in (True, False):
                 w = "*i8" if int8 else dt
                 sig = {"x_ptr": w, "wdq_ptr": w, "wkv_ptr": w, "ws_ptr": "*i32" if int8 else f32, "T": i32, "He": i32,
@@ -1321,10 +1316,10 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
                 ones(sig, ce, ("s_xk", "s_dq_n", "s_kv_n"))
                 splits = {plan(T, He, Hcq, 128, D, Dr, Hckv, torch.device("cpu"), backend_key=backend_key,
                                int8_down=int8, cores=n_cores)["down"]["SPLIT_K"]
-                          for T in (1, 16, 32, 64, 128, 4096) if _bucket(T, dtab) is b}
+                          for T in (1, 16, 32, 64, 128, 4096) if select(cfg["down"]["buckets"], T=T, int8=int8) is b}
                 if splits == {1}:
                     ones(sig, ce, ("SPLIT_K",))
-                cases.append(dict(name=f"mla_prolog_down_t{b['max_t']}_{'i8' if int8 else dt[1:]}_{'even' if even else 'tail'}",
+                cases.append(dict(name=f"mla_prolog_down_b{bi}_{'i8' if int8 else dt[1:]}_{'even' if even else 'tail'}",
                                   fn=_down_kernel, signature=sig, constexprs=ce))
     for mode, (x8, uq8, kv8, kr8, q8, smooth) in _MODES.items():
         sig = {"ws_ptr": "*i32" if x8 else f32, "dt_ptr": dt, "xs_ptr": f32, "wsdq_ptr": f32, "wskv_ptr": f32,
@@ -1356,28 +1351,25 @@ def compile_cases(backend_key: str = "ascend", *, dt: str = "*bf16", He: int = 7
             tag = f"_parts{parts}" if multi else ""
             cases.append(dict(name=f"mla_prolog_row_{mode}_split{sk}{tag}_{dt[1:]}", fn=_row_kernel, signature=dict(sig),
                               constexprs=ce))
-    qcfg = cfg["query"]
-    for key in ("buckets", "buckets_int8"):
-        for b in qcfg.get(key, []) if key in qcfg else []:
-            for mode in (("bf16",) if key == "buckets" else ("partial", "a8w8_c8")) if "buckets_int8" in qcfg \
-                    else ("bf16", "partial", "a8w8_c8"):
-                _, uq8, _, _, q8, _ = _MODES[mode]
-                for even in (True, False):
-                    sig = {"a_ptr": "*i8" if uq8 else dt, "as_ptr": f32, "w_ptr": "*i8" if uq8 else dt,
-                           "wsc_ptr": f32, "wuk_ptr": dt, "sin_ptr": dt, "cos_ptr": dt, "qsckv_ptr": f32,
-                           "q_ptr": "*i8" if q8 else dt, "qr_ptr": dt, "dsq_ptr": f32}
-                    for a in ("T", "Hcq", "NH", "D", "Dr", "Hckv", "s_at", "s_ak", "s_wk", "s_wn", "s_uh", "s_ud",
-                              "s_uc", "s_sin_t", "s_sin_d", "s_cos_t", "s_cos_d", "s_qt", "s_qh", "s_qrt", "s_qrh"):
-                        sig[a] = i32
-                    for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C",
-                              "ASCEND", "PRE_UK", "EV_W"):
-                        sig[c] = "constexpr"
-                    ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
-                              BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]),
-                              ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="")
-                    ones(sig, ce, ("s_ak", "s_wn", "s_uc", "s_sin_d", "s_cos_d"))
-                    cases.append(dict(name=f"mla_prolog_query_t{b['max_t']}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
-                                      fn=_query_kernel, signature=sig, constexprs=ce))
+    for mode in ("bf16", "partial", "a8w8_c8"):
+        _, uq8, _, _, q8, _ = _MODES[mode]
+        for bi, b in _reached(cfg["query"], uq8):
+            for even in (True, False):
+                sig = {"a_ptr": "*i8" if uq8 else dt, "as_ptr": f32, "w_ptr": "*i8" if uq8 else dt,
+                       "wsc_ptr": f32, "wuk_ptr": dt, "sin_ptr": dt, "cos_ptr": dt, "qsckv_ptr": f32,
+                       "q_ptr": "*i8" if q8 else dt, "qr_ptr": dt, "dsq_ptr": f32}
+                for a in ("T", "Hcq", "NH", "D", "Dr", "Hckv", "s_at", "s_ak", "s_wk", "s_wn", "s_uh", "s_ud",
+                          "s_uc", "s_sin_t", "s_sin_d", "s_cos_t", "s_cos_d", "s_qt", "s_qh", "s_qrt", "s_qrh"):
+                    sig[a] = i32
+                for c in ("INT8", "Q8", "IEEE", "EVEN_K", "BLOCK_M", "BLOCK_K", "BLOCK_D", "BLOCK_R", "BLOCK_C",
+                          "ASCEND", "PRE_UK", "EV_W"):
+                    sig[c] = "constexpr"
+                ce = dict(INT8=uq8, Q8=q8, IEEE=dt == "*fp32", EVEN_K=even, BLOCK_M=int(b["BLOCK_M"]),
+                          BLOCK_K=int(b["BLOCK_K"]), BLOCK_D=_p2(D), BLOCK_R=_p2(Dr), BLOCK_C=int(b["BLOCK_C"]),
+                          ASCEND=asc, PRE_UK=0 if asc or q8 else int(b.get("PRE_UK", 0)), EV_W="")
+                ones(sig, ce, ("s_ak", "s_wn", "s_uc", "s_sin_d", "s_cos_d"))
+                cases.append(dict(name=f"mla_prolog_query_b{bi}_{mode}_{dt[1:]}_{'even' if even else 'tail'}",
+                                  fn=_query_kernel, signature=sig, constexprs=ce))
     return cases
 
 
@@ -1396,4 +1388,5 @@ def ascend_compile_cases() -> list[dict]:
     return compile_cases("ascend")
 
 
-__all__ = ["mla_prolog", "mla_prolog_config", "supports_reason", "ascend_compile_cases", "compile_cases", "plan", "pack_weights"]
+__all__ = ["mla_prolog", "mla_prolog_config", "supports_reason", "ascend_compile_cases", "compile_cases", "plan",
+           "make_launch", "down_uses_gemv", "pack_weights"]

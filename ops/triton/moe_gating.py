@@ -232,6 +232,18 @@ def _make_launch(T: int, E: int, k: int, k_group: int, group_count: int, group_s
     return (grid,), kw
 
 
+def launch_plan(T: int, E: int, k: int, *, k_group: int = 1, group_count: int = 1, group_select_mode: int = 0,
+                renorm: int = 0, norm_type: int = 0, has_bias: bool = False, backend_key: str = "ascend",
+                config: dict | None = None, x_bytes: int = 4) -> tuple[tuple, dict]:
+    """The launch :func:`moe_gating_top_k_config` makes for T rows of E experts (shapes and options only, no data):
+    (grid, constexprs + num_warps) from config table ``backend_key`` ("cuda" / "ascend") with ``config`` entries
+    overriding it; ``x_bytes`` = the logits' element size (the ``packed`` key may depend on it). Returns a new
+    tuple / dict. Raises ValueError for a ``packed`` that is not true / false / "16bit"."""
+    grid, kw = _make_launch(T, E, k, k_group, group_count, group_select_mode, renorm, norm_type, has_bias,
+                            backend_key, config, x_bytes)
+    return tuple(grid), dict(kw)
+
+
 def _packed(cfg: dict, x_bytes: int) -> bool:
     """Whether the config's ``packed`` (true / false / "16bit": 2-byte logits only) applies to logits of
     ``x_bytes`` bytes. Raises ValueError for another value."""
@@ -283,5 +295,5 @@ def compile_cases(table: str = "ascend") -> list[dict]:
     return cases
 
 
-__all__ = ["moe_gating_top_k", "moe_gating_top_k_config", "supports_reason", "supports_reason_moe_gating_top_k", "ascend_compile_cases",
-           "compile_cases"]
+__all__ = ["moe_gating_top_k", "moe_gating_top_k_config", "supports_reason", "supports_reason_moe_gating_top_k",
+           "launch_plan", "ascend_compile_cases", "compile_cases"]
