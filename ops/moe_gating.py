@@ -96,8 +96,13 @@ SPEC = OpSpec(name="moe_gating_top_k", flops=flops, bytes=bytes_moved, make_inpu
                                             "routed_scaling_factor": 2.5} for T in (1, 16, 64, 256, 4096, 16384)},
               compute="fp32", tolerance="fp32")
 
+# ``out_flag`` is a ``Scalar`` in the schema, not a ``bool``: the dispatcher would turn out_flag=2 into True before the
+# check sees it (the eager call raises). A Scalar keeps the caller's Python type, so both paths refuse it.
+_SCHEMA = torch.library.infer_schema(_ref.moe_gating_top_k, mutates_args=()).replace(
+    "bool out_flag=False", "Scalar out_flag=False")
+
 moe_gating_top_k = DsOp(
-    "moe_gating_top_k", _ref.moe_gating_top_k, fake=_fake, check=_check, spec=SPEC,
+    "moe_gating_top_k", _ref.moe_gating_top_k, fake=_fake, check=_check, spec=SPEC, schema=_SCHEMA,
     kernels=[Kernel("triton", "ops.triton.moe_gating", "moe_gating_top_k", ("cuda", "cpu", "npu"),
                     supports=_lazy_supports("ops.triton.moe_gating", "moe_gating_top_k")),
              Kernel("ascendc", "ops._ascendc", "moe_gating_top_k", ("npu", "cpu"))],

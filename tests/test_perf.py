@@ -1042,14 +1042,16 @@ def test_markdown_splits_devices_and_refuses_a_non_report(tmp_path, capsys, twin
 
 def test_pytest_benchmark_runs_the_report_cases(tmp_path):
     """`pytest perf --benchmark-only` collects one benchmark per op × the report's CPU shapes × runnable backend
-    (the reference on CPU) and records FLOPs, bytes, % of the measured ceiling and the bound in extra_info; the
+    (the reference on CPU, and the Ascend C twin where it builds) and records FLOPs, bytes, % of the measured ceiling and the bound in extra_info; the
     repository's own `pytest` (testpaths) never collects it."""
     import tomllib
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         assert tomllib.load(f)["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
     from perf.benchmarks import cases
     want = cases(torch.device("cpu"))
-    assert want and {b for _, _, b in want} == {"reference"}
+    from ops import _ascendc
+    twin = {"ascendc"} if _ascendc.unavailable_reason("cpu") is None else set()
+    assert want and {b for _, _, b in want} == {"reference"} | twin
     for e, c, _ in want:
         assert c.name in e.spec.shapes
         if any(S.is_cpu_shape(n, s) for n, s in e.spec.shapes.items()):
@@ -1058,7 +1060,7 @@ def test_pytest_benchmark_runs_the_report_cases(tmp_path):
     # a fresh pytest, not an xdist worker (pytest-benchmark disables itself under xdist)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("PYTEST_")}
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "perf", "--benchmark-only", "-q", "-k",
-                        "moe_gating_top_k-deepseek_v3_T1-", f"--benchmark-json={js}"], cwd=REPO,
+                        "moe_gating_top_k-deepseek_v3_T1-reference", f"--benchmark-json={js}"], cwd=REPO,
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"1 passed, {len(want) - 1} deselected" in r.stdout

@@ -325,7 +325,6 @@ def test_auto_prefers_ascendc_over_triton_then_falls_back(monkeypatch):
     with ops.backend("auto"):
         _kernels(monkeypatch, op, tri_ok, asc)                       # listed triton first: order is the backend's
         assert op.select((x, 2), {})[0] == "ascendc"
-        assert op.select((torch.randn(2, 16), 2), {})[0] == "triton"  # CPU tensors: auto skips the twin
         _kernels(monkeypatch, op, tri_ok, asc_no)
         assert op.select((x, 2), {})[0] == "triton"
         _kernels(monkeypatch, op, tri_no, asc_no)
