@@ -232,7 +232,7 @@ class OpSpec:
     make_inputs: f(shape: dict, *, dtype, device, generator) -> dict of keyword inputs (fresh random data)
     shapes:      named DeepSeek-V3 shapes, name -> shape dict for make_inputs
     compute:     which unit's peak the FLOPs are measured against: "bf16", "int8" or "fp32"
-    tolerance:   name of the row in ops/tolerances.py (DESIGN's table) for the op's main output
+    tolerance:   name of the row in ops/tolerances.py (the one tolerance table) for the op's main output
     """
 
     name: str

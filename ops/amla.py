@@ -113,7 +113,7 @@ def _total_keys(block_table: torch.Tensor, seq_lens: torch.Tensor, block_size: i
 
 
 def flops(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale=None, causal=True, **_) -> int:
-    """FLOPs of one call, DESIGN §Performance / FlashMLA convention: 2·Σ_b S_q·N·L_b·((Dc+Dr) + Dc)
+    """FLOPs of one call, FlashMLA convention: 2·Σ_b S_q·N·L_b·((Dc+Dr) + Dc)
     (QKᵀ over the 576-d key, P·V over the 512-d value, 2 FLOPs per MAC; DeepSeek: 576 + 512 = 1088).
 
     Every query token is counted against all L_b keys, also with causal (the causal-exact count is

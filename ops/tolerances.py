@@ -1,4 +1,4 @@
-"""The tolerance table of DESIGN.md §Tolerances, in one place: tests, the perf report's check column and users
+"""The tolerance table of docs/architecture.md (tolerances), in one place: tests, the perf report's check column and users
 comparing a backend with the reference all read it.
 
     >>> from ops.tolerances import TOLERANCES, cos_diff

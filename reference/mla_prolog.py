@@ -1,7 +1,7 @@
 """Reference for ``ds::mla_prolog``: fused MLA pre-attention, mirroring ``torch_npu.npu_mla_prolog_v3``.
 
 Pure PyTorch, fp32 math, rounding to the activation dtype only at the documented points
-(DESIGN.md §ds::mla_prolog, docs/ops/mla_prolog.md). Sources: torch_npu ``npu_mla_prolog_v3`` /
+(docs/architecture.md, docs/ops/mla_prolog.md). Sources: torch_npu ``npu_mla_prolog_v3`` /
 aclnn ``aclnnMlaPrologV3WeightNz`` (argument order, shapes, quantisation scenarios, cache_index
 semantics), CANN ``attention/mla_prolog`` kernels (order of operations and rounding), DeepSeek-V3
 ``inference/model.py`` and Hugging Face ``modeling_deepseek_v3.py`` (the math).

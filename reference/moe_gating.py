@@ -3,7 +3,7 @@
 Mirrors ``torch_npu.npu_moe_gating_top_k`` / ``aclnnMoeGatingTopK`` (CANN ops-transformer
 ``moe/moe_gating_top_k``: doc formula and ``tests/assets/golden.py``) and the
 Hugging Face ``DeepseekV3TopkRouter`` (sigmoid, ``e_score_correction_bias``, top-2-sum group score,
-``norm_topk_prob``, ``routed_scaling_factor``). DESIGN.md §ds::moe_gating_top_k; docs/ops/moe_gating.md.
+``norm_topk_prob``, ``routed_scaling_factor``). docs/architecture.md; docs/ops/moe_gating.md.
 
 Everything is fp32 (bias too, even for bf16 logits: casting a fp32 correction bias to bf16 flips the
 chosen experts, sglang PR #37133). Selection is deterministic: ties go to the lower group, then the

@@ -2,7 +2,7 @@
 the int8 GEMM with per-channel × per-token dequant epilogue, and the offline weight helpers.
 
 Golden semantics for ``ds::dynamic_quant``, ``ds::rms_norm_dynamic_quant`` and ``ds::quant_matmul``
-(DESIGN.md §"SmoothQuant W8A8"; docs/ops/quant.md). Everything is computed in fp32 with the rounding
+(docs/architecture.md; docs/ops/quant.md). Everything is computed in fp32 with the rounding
 points spelled out; the int8×int8 products are accumulated exactly.
 
 Mirrors (torch_npu / CANN; Ascend/op-plugin docs and hicann/ops-nn kernels):
@@ -319,7 +319,7 @@ def pack_weight(w_int8: torch.Tensor, backend: str = "cuda") -> torch.Tensor:
     computes the same ``quant_matmul``; only the memory order differs.
 
     * ``"cuda"``: K-major — a [K, N] view (strides (1, K)) of a contiguous [N, K] tensor. Hopper's
-      8-bit MMA wants both operands K-major (DESIGN: 1090 vs 280 TOPS for row-major [K, N]).
+      8-bit MMA wants both operands K-major (measured on the H200: 1090 vs 280 TOPS for row-major [K, N]).
     * ``"ascend"``: row-major [K, N] contiguous (ND). FRACTAL_NZ on Ascend is a *storage format*, not a
       stride pattern (element (k, n) sits at ``32k + 32K·(n // 32) + n % 32``, which no 2-D view can
       express): on an ``npu`` tensor this calls ``torch_npu.npu_format_cast(w, 29)`` (the tensor stays

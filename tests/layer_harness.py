@@ -104,7 +104,7 @@ def layer_sd(sd: dict[str, torch.Tensor], li: int, cfg) -> dict[str, torch.Tenso
 
 
 # ----------------------------------------------------------------------------------------------
-# an independent emulation of the layer (fp32, optional bf16 rounding at the DESIGN points)
+# an independent emulation of the layer (fp32, optional bf16 rounding at the documented rounding points)
 # ----------------------------------------------------------------------------------------------
 def route(logits: torch.Tensor, bias: torch.Tensor, cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """noaux_tc routing (HF DeepseekV3TopkRouter math). Returns (ids [T, k] sorted, weights [T, k] in ids
@@ -133,7 +133,7 @@ def route(logits: torch.Tensor, bias: torch.Tensor, cfg) -> tuple[torch.Tensor, 
 def emulate(sd: dict[str, torch.Tensor], cfg, li: int, x: torch.Tensor, *, bf16_chain: bool
             ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Layer li on the full sequence x [B, L, He] (fp32, causal), written from the HF state dict and the
-    DESIGN data flow, independent of ops/. ``bf16_chain`` rounds to bf16 where our layer's ops do:
+    documented data flow, independent of ops/. ``bf16_chain`` rounds to bf16 where our layer's ops do:
     input norm, cq, RmsNorm(cq), [qc‖qr], absorbed q_nope, rope sin/cos, q_rope, [c_kv‖k_rope], cached c_kv
     and k_rope, attention output, W_UV output, o_proj, residual, post norm, gate_up, SwiGLU, down, output.
     Returns (out [B, L, He] fp32, router logits [B·L, E] or None)."""
@@ -281,13 +281,13 @@ def check_bounds(m: dict[str, float], bounds: dict[str, float]) -> list[str]:
 # bounds. Measured on this file's data with seeds 0–5 (make_state_dict / x), reference backend, CPU;
 # each bound is ~2× the worst seed (docs/ops/deepseek_layer.md has the table). The tests run seed 0.
 # ----------------------------------------------------------------------------------------------
-DESIGN_BF16 = dict(out_cos=TOLERANCES["bf16"]["cos_diff"], out_rel=TOLERANCES["bf16"]["max_rel"])
+TABLE_BF16 = dict(out_cos=TOLERANCES["bf16"]["cos_diff"], out_rel=TOLERANCES["bf16"]["max_rel"])
 # vs the emulated rounding chain. Reference backend: most tokens are bit-identical, a token where one
 # accumulation-order difference flips an early bf16 rounding carries ~1e-5 of fresh chain noise: worst
-# out_cos 6.3e-6, upd_cos 1.01e-5, out_rel 8.3e-3, upd_rel 1.2e-2 → the DESIGN bound on the output and 2× on
+# out_cos 6.3e-6, upd_cos 1.01e-5, out_rel 8.3e-3, upd_rel 1.2e-2 → the table bound on the output and 2× on
 # the update. Triton/Ascend kernels round in other orders everywhere, so there the two are independent
 # bf16 chains around fp32 and the bound is 2× the single-chain bound vs HF (to be measured on the device).
-BF16_VS_EMULATION = (dict(DESIGN_BF16, upd_cos=2e-5, upd_rel=2.5e-2) if BACKEND == "reference"
+BF16_VS_EMULATION = (dict(TABLE_BF16, upd_cos=2e-5, upd_rel=2.5e-2) if BACKEND == "reference"
                      else dict(out_cos=1.2e-4, upd_cos=2.2e-4, out_rel=4e-2, upd_rel=5e-2))
 # vs HF fp32, single layer: out_cos ≤ 2.77e-5, upd_cos ≤ 5.22e-5, out_rel ≤ 8.8e-3, upd_rel ≤ 1.28e-2.
 BF16_VS_HF = dict(out_cos=6e-5, upd_cos=1.1e-4, out_rel=TOLERANCES["bf16"]["max_rel"], upd_rel=2.6e-2)

@@ -516,7 +516,7 @@ def test_flops_and_bytes(gen):
     isz = 2
     assert amla_mod.bytes_moved(**inputs) == (57 * (DC + DR) * isz + 3 * 2 * 2 * (DC + DR) * isz
                                               + 3 * 2 * 2 * DC * isz + 3 * 2 * 2 * 4)
-    # DeepSeek decode shape of DESIGN (2·B·S_q·N·L·1088)
+    # DeepSeek decode FLOP count (2·B·S_q·N·L·1088)
     spec = ops.SPECS["amla"]
     shape = spec.shapes["b64_sq2_n128_l4096"]
     meta = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v)
@@ -590,7 +590,7 @@ def test_triton_supports_hook_never_raises(gen):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_reference_on_cuda_matches_cpu():
     """GPU smoke for the reference half: make_inputs on the device, the reference on CUDA tensors equals
-    the CPU run, and a DeepSeek named shape builds with the DESIGN FLOP count."""
+    the CPU run, and a DeepSeek named shape builds with the documented FLOP count."""
     spec = ops.SPECS["amla"]
     g = torch.Generator().manual_seed(0)
     inputs = spec.make_inputs(spec.shapes["cpu_b4_sq1_n16_varlen"], dtype=torch.bfloat16, device="cuda", generator=g)

@@ -22,11 +22,11 @@ tests/layer_harness.py, the table in docs/ops/deepseek_layer.md):
 * ``emulate(..., bf16_chain=False)`` is an independent fp32 re-implementation of the layer straight from
   the HF state dict (no ops, no loader): it reproduces HF fp32 to ≤ 7.7e-7 relative (``test_emulator_is_hf``).
   With ``bf16_chain=True`` it rounds to bf16 at exactly the points where the ops and the layer round.
-  Our bf16 layer meets the DESIGN bf16 tolerance on the output against it (reference backend).
+  Our bf16 layer meets the bf16 tolerance on the output against it (reference backend).
 * HF fp32 directly: a whole layer has ~19 bf16 rounding points. Against HF fp32 that chain alone (the
-  emulation) is 1.5–2.8e-5 cosine difference on the output and 2.6–5.2e-5 on the update, so the DESIGN
+  emulation) is 1.5–2.8e-5 cosine difference on the output and 2.6–5.2e-5 on the update, so the table
   1e-5 is not reachable by any bf16 layer: HF's own bf16 run is at 2.1–3.2e-5 (dense layer). The bound vs
-  HF fp32 is therefore measured ×2, the DESIGN max-error bound (2e-2·max|ref|) holds on the output, and
+  HF fp32 is therefore measured ×2, the max-error bound (2e-2·max|ref|) holds on the output, and
   the dense layer must also be no worse than 1.5 × HF-bf16 (measured ratio 0.54–0.89).
 * Routing: a token whose expert set differs from the reference's is allowed only where the reference's
   routing margin (gap at the group cut or the expert cut, in biased-score units) is below a near-tie
@@ -182,7 +182,7 @@ def test_emulator_is_hf(setup, li):
 @LAYERS
 def test_bf16_layer_meets_design_tolerance_vs_rounding_chain(setup, li):
     """Our bf16 layer vs the independent emulation with the same bf16 rounding points (BF16_VS_EMULATION:
-    the DESIGN bf16 tolerance on the output with the reference backend). Measured (seeds 0–5): out cos
+    the bf16 tolerance on the output with the reference backend). Measured (seeds 0–5): out cos
     ≤ 6.3e-6, update cos ≤ 1.01e-5, max err ≤ 8.3e-3·max|ref|."""
     out, ids = run_bf16(setup, li)
     ref, logits = emulation(setup, li, True)
@@ -264,7 +264,7 @@ def perturbed(sd, name, fn):
 
 def test_negative_control_kv_a_row(setup):
     """One c_kv row (of 576) of kv_a_proj_with_mqa replaced by fresh values in OUR weights only: the
-    DESIGN-tolerance check vs the emulation and the bound vs HF must both fail."""
+    table-tolerance check vs the emulation and the bound vs HF must both fail."""
     gen = torch.Generator().manual_seed(99)
     name = f"model.layers.{DENSE}.self_attn.kv_a_proj_with_mqa.weight"
     sd2 = perturbed(setup["sd"], name, lambda w: w.index_copy_(0, torch.tensor([17]), bf16_round(torch.randn(1, w.shape[1], generator=gen) / w.shape[1] ** 0.5)))
@@ -554,7 +554,7 @@ def test_registered_ops_path_is_identical(setup, mode):
 
 def test_layer_config_from_deepseek_config_json():
     """DeepSeek-V3's released config.json (rope_scaling dict, HF-4 names) gives the DeepSeek-V3 defaults,
-    and the softmax scale is DESIGN's (D+Dr)^-0.5·mscale² ≈ 0.1352."""
+    and the softmax scale is DeepSeek-V3's (D+Dr)^-0.5·mscale² ≈ 0.1352."""
     cj = {"hidden_size": 7168, "num_attention_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "rms_norm_eps": 1e-6,
           "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,

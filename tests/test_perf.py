@@ -512,7 +512,7 @@ def test_negative_controls_fail_with_each_golden(tmp_path, golden):
 
 def test_upcast_golden_drops_rounding_points():
     """Why the default golden keeps the input dtypes: the reference with bf16 inputs rounds intermediates to bf16
-    (DESIGN's rounding points); up-cast to fp32 it does not, so the up-cast golden is a different function. On the
+    (the documented rounding points); up-cast to fp32 it does not, so the up-cast golden is a different function. On the
     fake op (y = bf16(x @ w)) the up-cast output is the unrounded product."""
     from perf.runner import upcast_floats
     e = fake_entry()

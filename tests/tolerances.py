@@ -1,13 +1,13 @@
-"""Test assertions over the DESIGN.md §Tolerances table (ops/tolerances.py): assert_close, poison."""
+"""Test assertions over the docs/architecture.md (tolerances) table (ops/tolerances.py): assert_close, poison."""
 from __future__ import annotations
 
 import torch
 
-from ops.tolerances import TOLERANCES, cos_diff  # noqa: E402,F401  (DESIGN §Tolerances, one table)
+from ops.tolerances import TOLERANCES, cos_diff  # noqa: E402,F401  (the one tolerance table)
 
 
 def assert_close(out: torch.Tensor, ref: torch.Tensor, kind: str = "bf16", *, name: str = "out") -> None:
-    """Assert ``out`` matches ``ref`` under the DESIGN tolerance ``kind``; NaN never passes."""
+    """Assert ``out`` matches ``ref`` under the tolerance ``kind``; NaN never passes."""
     assert out.shape == ref.shape, f"{name}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     out_d, ref_d = out.double().cpu(), ref.double().cpu()
     assert not torch.isnan(out_d).any(), f"{name}: NaN in output ({int(torch.isnan(out_d).sum())} elements)"

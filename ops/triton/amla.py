@@ -992,7 +992,7 @@ def amla(q_nope: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, kr_
         out 0, lse −inf.
     Raises: nothing itself (ops.amla validates); unsupported inputs are reported by :func:`supports_reason`.
     Algorithm: arXiv 2509.25224 (AMLA) with CANN's compensation and shift clamp; split-KV flash-decoding
-    merge as SGLang/FlashMLA (docs/ops/amla.md, docs/perf/amla.md).
+    merge as SGLang/FlashMLA (docs/ops/amla.md, docs/performance.md).
     """
     return amla_variant(q_nope, q_rope, kv_cache, kr_cache, block_table, seq_lens, softmax_scale, causal,
                         rescale="amla")

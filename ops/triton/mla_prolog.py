@@ -1,7 +1,7 @@
 """Triton kernels for ``ds::mla_prolog`` (fused MLA pre-attention, mirrors ``torch_npu.npu_mla_prolog_v3``).
 
 One source for CUDA (triton ≥ 3.2; tested with 3.6 on the H200), Ascend (triton-ascend 3.2) and the CPU
-interpreter (``TRITON_INTERPRET=1``). Semantics and rounding points: reference/mla_prolog.py and DESIGN.md
+interpreter (``TRITON_INTERPRET=1``). Semantics and rounding points: reference/mla_prolog.py and docs/architecture.md
 §ds::mla_prolog. Launch configs are data: ``ops/triton/configs/<backend>/mla_prolog.json``,
 ``cuda`` / ``ascend`` (the CPU
 interpreter uses ``ascend`` so CI exercises the persistent-loop path); sections ``down`` / ``row`` / ``query``

@@ -10,7 +10,7 @@ CUDA fast path (config ``fast``; Ascend keeps ``div_rn``): one IEEE reciprocal p
 per element give the correctly rounded ``y / scale`` (:func:`_quantize_fast`), the absmax reduction propagates
 NaN, per-column vectors load in the activation tile's layout. Bit-identical to the ``div_rn`` path.
 
-Portability (DESIGN §Triton portability): round half to even is ``(v + 1.5·2²³) − 1.5·2²³`` on fp32 (exact for
+Portability (docs/architecture.md, Triton portability): round half to even is ``(v + 1.5·2²³) − 1.5·2²³`` on fp32 (exact for
 |v| < 2²², and |v| ≤ 127 here after the clamp), no ``libdevice.rint``; ``y / scale`` and the RmsNorm
 division / sqrt use ``tl.math.div_rn`` / ``tl.math.sqrt_rn`` (Triton's plain fp32 ``/`` on CUDA is
 ``div.full.f32``, ≤ 2 ulp, which moves values across rounding ties). No host sync; M = 0 returns without a launch.
