@@ -1,4 +1,4 @@
-"""The Triton amla launcher's plans and launch tables (ops/triton/configs/amla.json), read through the public
+"""The Triton amla launcher's plans and launch tables (ops/triton/configs/<backend>/amla.json), read through the public
 ``launch_plan`` / ``launch_plan_for`` / ``compile_cases``: the tables parse, every bucket is reachable, the plan follows
 the table (never a pinned tuning value: a correct retune passes), every "cuda" entry compiles for sm_90, the
 batch-invariant plan depends on no batch property. No kernel runs here (results: tests/test_amla_triton.py)."""

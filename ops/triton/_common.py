@@ -197,8 +197,7 @@ def load_configs(op: str) -> dict:
     """``{backend: table}`` for every ``ops/triton/configs/<backend>/<op>.json`` (or the tables of an enclosing
     :func:`replaced_configs`), each checked against the grammar (:func:`check_buckets`, no ``_`` keys). Shared: never
     modify it. Raises FileNotFoundError when ``op`` has no table, ValueError (naming the file) for one that breaks
-    the grammar. (An op whose configs are still one file, ``configs/<op>.json`` keyed by backend, is read as it
-    is.)"""
+    the grammar."""
     if op in _REPLACED:
         return _REPLACED[op]
     return _load_files(op)
@@ -208,8 +207,7 @@ def load_configs(op: str) -> dict:
 def _load_files(op: str) -> dict:
     names = backends(op)
     if not names:
-        with open(os.path.join(CONFIG_DIR, op + ".json")) as f:
-            return json.load(f)
+        raise FileNotFoundError(f"no launch table for {op!r}: expected ops/triton/configs/<backend>/{op}.json")
     out = {}
     for name in names:
         path = os.path.join(CONFIG_DIR, name, op + ".json")

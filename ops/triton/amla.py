@@ -53,7 +53,7 @@ device and splits it evenly; the op is CUDA-graph and torch.compile(fullgraph=Tr
 mode (``INV_CHUNK`` > 0) a program instead takes chunk ``split`` of the request's own chunking
 (:func:`invariant_chunk_len`) and the merge runs ``ORDERED`` (docs/ops/amla.md, "Batch-invariant mode").
 
-Launch tables: ops/triton/configs/amla.json, one table per backend ("cuda" NVIDIA, "ascend" 910B, "interpreter" CPU),
+Launch tables: ops/triton/configs/<backend>/amla.json, one table per backend ("cuda" NVIDIA, "ascend" 910B, "interpreter" CPU),
 each with a "fwd" and a "merge" section in the grammar of ops/triton/_common.py (shared keys, then ``buckets`` tried
 in order on ``rows`` = S_q·N, first match wins, the last matches every shape). "fwd" keys: ``cores`` (0 = the
 device's SM count), ``vector_cores`` (merge grid cap, persistent tables), ``persistent`` (grid = min(work,
@@ -552,7 +552,7 @@ def _amla_merge_kernel(opart_ptr, lsepart_ptr, out_ptr, lse_ptr, so_b, so_s, so_
 # launcher
 # ==============================================================================================
 def load_configs() -> dict:
-    """The launch tables of ops/triton/configs/amla.json: {backend: {"fwd": section, "merge": section}} for the
+    """The launch tables of ops/triton/configs/<backend>/amla.json: {backend: {"fwd": section, "merge": section}} for the
     backends "cuda", "ascend", "interpreter" (the grammar of ops/triton/_common.py: a section's shared keys plus
     ``buckets``, first match wins, on the dimension ``rows`` = S_q·N)."""
     return _load_configs("amla")
@@ -655,7 +655,7 @@ def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, c
     Returns a new dict(BLOCK_M, BLOCK_N, num_warps, num_stages, num_m, num_splits, grid, persistent, skip,
     round_c, lazy, key, flat, invariant, inv_chunk, inv_max_chunks, merge_*...); plans without ``config`` are
     memoised (see :func:`_plan`).
-    Raises ValueError if config["key"] is not a launch table of configs/amla.json ("cuda", "ascend",
+    Raises ValueError if config["key"] is not a launch table of configs/<backend>/amla.json ("cuda", "ascend",
     "interpreter"), for an unknown ``invariant`` policy, for ``invariant`` with ``num_splits``, or if the mode's
     chunk unit (512) is not a multiple of the tile's BLOCK_N.
     """
