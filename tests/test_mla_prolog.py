@@ -389,7 +389,7 @@ def _hf_q_rot(inp):
     x = inp["token_x"].double()
     cq = (x @ inp["weight_dq"].double()).to(dt).double()
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RMSNorm
-    norm = DeepseekV3RMSNorm(cq.shape[-1], eps=inp["rmsnorm_epsilon_cq"]).double()
+    norm = DeepseekV3RMSNorm(cq.shape[-1], eps=inp["rmsnorm_epsilon_cq"]).double().to(cq.device)
     with torch.no_grad():
         norm.weight.copy_(inp["rmsnorm_gamma_cq"].double())
         cqn = norm(cq).to(dt).double()
