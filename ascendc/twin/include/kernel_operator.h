@@ -13,4 +13,5 @@
 #include "twin/datacopy.h"
 #include "twin/vector.h"
 #include "twin/reduce.h"
+#include "twin/cube.h"
 #include "twin/launch.h"
