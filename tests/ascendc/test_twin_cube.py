@@ -79,3 +79,108 @@ def test_fixed_cube_control_passes(cube_lib, report, index):
     assert cube_lib.twin_cube_control(index, 1, ctypes.byref(report)) == 0
     assert report.ok, report.message
     assert report.modeled_ns > 0
+
+
+NOQUANT, F322F16, F322BF16, DEQF16, VDEQF16, QS322BF16_PRE, VQS322BF16_PRE = 0, 1, 2, 3, 4, 9, 10
+DTYPE_CODE = {torch.int8: 0, torch.float16: 1, torch.bfloat16: 2}
+OUT_DTYPE = {F322F16: torch.float16, DEQF16: torch.float16, VDEQF16: torch.float16, F322BF16: torch.bfloat16,
+             QS322BF16_PRE: torch.bfloat16, VQS322BF16_PRE: torch.bfloat16}
+
+
+def scale_words(scale: torch.Tensor) -> torch.Tensor:
+    """fp32 scales as the 64-bit deq words Fixpipe reads (fp32 bits in the low 32 bits), padded to 4."""
+    n4 = (scale.numel() + 3) // 4 * 4
+    words = torch.zeros(n4, dtype=torch.int64)
+    words[:scale.numel()] = scale.float().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    return words
+
+
+def cube_matmul(lib, a, b, *, b_trans, quant=NOQUANT, deq=None, scales=None, ksplit=0):
+    """Run the one-tile cube matmul on the twin: a [m, k]; b [k, n] (b_trans False) or [n, k]; -> out [m, n]."""
+    m, k = a.shape
+    n = b.shape[0] if b_trans else b.shape[1]
+    acc = torch.int32 if a.dtype == torch.int8 else torch.float32
+    out = torch.full((m, n), -7 if acc == torch.int32 else float("nan"), dtype=OUT_DTYPE.get(quant, acc))
+    words = scale_words(scales) if scales is not None else None
+    deq_word = int(scale_words(torch.tensor([deq]))[0]) if deq is not None else 0
+    rep = _ascendc_build.TwinReport()
+    a, b = a.contiguous(), b.contiguous()
+    rc = lib.twin_cube_matmul(DTYPE_CODE[a.dtype], int(b_trans), quant, m, n, k, ksplit, a.data_ptr(), b.data_ptr(),
+                              words.data_ptr() if words is not None else None, deq_word, out.data_ptr(),
+                              ctypes.byref(rep))
+    assert rc == 0
+    rep.raise_if_violation()
+    return out, rep
+
+
+SHAPES = [(16, 16, 32), (37, 45, 70), (64, 48, 256), (5, 80, 33)]  # (m, n, k): tails in every axis
+
+
+@pytest.mark.parametrize("ksplit", [0, 1])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_int8_matmul_is_bit_exact(cube_lib, m, n, k, ksplit):
+    g = torch.Generator().manual_seed(m * 1000 + n + k)
+    a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8)
+    w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)  # weight [n, k], as a Linear layer holds it
+    out, rep = cube_matmul(cube_lib, a, w, b_trans=True, ksplit=ksplit)
+    torch.testing.assert_close(out, a.int() @ w.int().T, rtol=0, atol=0)
+    assert rep.busy()["M"] > 0 and rep.busy()["MTE1"] > 0 and rep.busy()["FIX"] > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("b_trans", [False, True])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_float_matmul_accumulates_in_fp32(cube_lib, m, n, k, b_trans, dtype):
+    g = torch.Generator().manual_seed(m + n * 100 + k)
+    a = torch.randn(m, k, generator=g).to(dtype)
+    b = torch.randn(k, n, generator=g).to(dtype)
+    out, _ = cube_matmul(cube_lib, a, b.T if b_trans else b, b_trans=b_trans, ksplit=1)
+    ref = a.double() @ b.double()
+    # products are exact in fp32; k sequential fp32 adds err by at most k ulp-scale terms of |a||b|
+    bound = (a.double().abs() @ b.double().abs()) * k * 2.0 ** -24
+    assert out.dtype == torch.float32 and not out.isnan().any()
+    assert ((out.double() - ref).abs() <= bound + 1e-30).all()
+
+
+@pytest.mark.parametrize("quant,dtype", [(F322F16, torch.float16), (F322BF16, torch.bfloat16)])
+def test_fixpipe_fp32_to_half_rounds_to_nearest_even(cube_lib, quant, dtype):
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(37, 70, generator=g).half()
+    b = torch.randn(70, 45, generator=g).half()
+    acc, _ = cube_matmul(cube_lib, a, b, b_trans=False)
+    out, _ = cube_matmul(cube_lib, a, b, b_trans=False, quant=quant)
+    torch.testing.assert_close(out, acc.to(dtype), rtol=0, atol=0)  # torch's fp32 -> fp16/bf16 is RNE
+
+
+@pytest.mark.parametrize("quant,dtype", [(DEQF16, torch.float16), (QS322BF16_PRE, torch.bfloat16)])
+def test_fixpipe_int32_dequant_per_tensor(cube_lib, quant, dtype):
+    g = torch.Generator().manual_seed(4)
+    a = torch.randint(-128, 128, (37, 70), generator=g, dtype=torch.int8)
+    w = torch.randint(-128, 128, (45, 70), generator=g, dtype=torch.int8)
+    scale = 1.7e-4
+    out, _ = cube_matmul(cube_lib, a, w, b_trans=True, quant=quant, deq=scale)
+    ref = ((a.int() @ w.int().T).float() * torch.tensor(scale, dtype=torch.float32)).to(dtype)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("quant,dtype", [(VDEQF16, torch.float16), (VQS322BF16_PRE, torch.bfloat16)])
+def test_fixpipe_int32_dequant_per_channel(cube_lib, quant, dtype):
+    g = torch.Generator().manual_seed(5)
+    a = torch.randint(-128, 128, (37, 70), generator=g, dtype=torch.int8)
+    w = torch.randint(-128, 128, (45, 70), generator=g, dtype=torch.int8)
+    scale = torch.rand(45, generator=g) * 1e-3 + 1e-5  # per-channel scale [n]
+    out, _ = cube_matmul(cube_lib, a, w, b_trans=True, quant=quant, scales=scale)
+    ref = ((a.int() @ w.int().T).float() * scale.float()).to(dtype)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+
+
+def test_cube_time_follows_the_mac_rates(cube_lib):
+    """Modeled M-pipe time: int8 runs twice the MACs per cycle of fp16 (model_910b.h); same fractal count here."""
+    g = torch.Generator().manual_seed(6)
+    a8 = torch.randint(-128, 128, (64, 256), generator=g, dtype=torch.int8)
+    w8 = torch.randint(-128, 128, (64, 256), generator=g, dtype=torch.int8)
+    a16 = torch.randn(64, 256, generator=g).half()
+    w16 = torch.randn(64, 256, generator=g).half()
+    _, r8 = cube_matmul(cube_lib, a8, w8, b_trans=True)
+    _, r16 = cube_matmul(cube_lib, a16, w16, b_trans=True)
+    assert r16.busy()["M"] == pytest.approx(2 * r8.busy()["M"], rel=1e-9)
