@@ -23,7 +23,7 @@ CONTROLS = [
     ("l0c_overflow", "ub-overflow", "TPipe::InitBuffer: L0C overflow: 65568 B requested at offset 65600"),
     ("l0a_align", "cube-align", f"{LOAD}: dst L0A address 544 is not 512-byte aligned"),
     ("nd2nz_params", "nd2nz-params", f"{ND2NZ}: dstNzC0Stride 0 outside [1, 16384]"),
-    ("nd2nz_position", "cube-position", f"{ND2NZ}: dst is in UB, the API takes L1"),
+    ("nd2nz_position", "cube-position", f"{ND2NZ}: dst is in L0A, the API takes L1"),
     ("loaddata_fractal", "loaddata-fractal", f"{LOAD}: src holds 256 B, less than one 512-byte fractal"),
     ("loaddata_repeat", "loaddata-params", f"{LOAD}: repeatTimes 0 outside [1, 255]"),
     ("loaddata_transpose_int8", "loaddata-params", f"{LOAD}: ifTranspose on 1-byte elements"),
@@ -48,6 +48,14 @@ CONTROLS = [
     ("gm_raw_fix_mte2", "pipe-hazard", f"RAW on GM: {ND2NZ} [PIPE_MTE2, call #7] reads GM bytes this core wrote with "
                                        "Fixpipe(L0C->GM) [PIPE_FIX, call #6] with no "
                                        "SetFlag/WaitFlag<HardEvent::FIX_MTE2>"),
+    ("core_memory", "core-memory", "TPipe::InitBuffer: UB is not on this cube (AIC) core"),
+    ("vector_core_memory", "core-memory", "TPipe::InitBuffer: L1 is not on this vector (AIV) core"),
+    ("kernel_type", "kernel-type", "KERNEL_TASK_TYPE_DEFAULT: kernel type 0 does not match the launch (MIX_AIC_1_2)"),
+    ("cross_flag_id", "cross-core-flag", "flagId 11 outside [0, 10] (Atlas A2)"),
+    ("cross_flag_pending", "cross-core-flag", "CrossCoreSetFlag<2, PIPE_FIX>: flagId 1 already has 15 sets pending"),
+    ("cross_flag_hang", "cross-core-flag", "CrossCoreWaitFlag: flagId 2 can never be set: every other core has "
+                                           "returned or is waiting (a hang on hardware) (AIC 0)"),
+    ("mix_sync_all", "sync-all", "SyncAll: SyncAll in a MIX_AIC_1_2 launch is not modeled"),
 ]
 
 
@@ -55,6 +63,7 @@ CONTROLS = [
 def cube_lib() -> ctypes.CDLL:
     """The cube control + matmul kernels library (cached build)."""
     lib = _ascendc_build.load("twin_cube_tests", SOURCES)
+    lib.twin_cube_mix.argtypes = [ctypes.c_uint32, ctypes.c_uint32] + [ctypes.c_void_p] * 4
     lib.twin_cube_matmul.argtypes = [ctypes.c_int] * 3 + [ctypes.c_uint32] * 4 + [ctypes.c_void_p] * 3 + [
         ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
     return lib
@@ -184,3 +193,21 @@ def test_cube_time_follows_the_mac_rates(cube_lib):
     _, r8 = cube_matmul(cube_lib, a8, w8, b_trans=True)
     _, r16 = cube_matmul(cube_lib, a16, w16, b_trans=True)
     assert r16.busy()["M"] == pytest.approx(2 * r8.busy()["M"], rel=1e-9)
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+def test_mix_kernel_exchanges_through_gm(cube_lib, groups):
+    """MIX_AIC_1_2: each group's AIC multiplies a 16-row tile, hands it to its two AIV through GM and
+    CrossCoreSetFlag<2, PIPE_FIX>; AIV v (GetBlockIdx) finishes rows [8v, 8v+8), adding 1 + GetSubBlockIdx()."""
+    k = 40
+    g = torch.Generator().manual_seed(groups)
+    a = torch.randn(groups * 16, k, generator=g).half()
+    bt = torch.randn(16, k, generator=g).half()
+    out = torch.full((groups * 16, 16), float("nan"))
+    rep = _ascendc_build.TwinReport()
+    assert cube_lib.twin_cube_mix(groups, k, a.data_ptr(), bt.data_ptr(), out.data_ptr(), ctypes.byref(rep)) == 0
+    rep.raise_if_violation()
+    sub = (torch.arange(groups * 16) // 8 % 2).float()[:, None]  # rows [8v, 8v+8) belong to AIV v, sub-block v % 2
+    ref = a.double() @ bt.double().T + 1 + sub
+    bound = (a.double().abs() @ bt.double().abs().T) * k * 2.0 ** -24 + 2.0 ** -20 * ref.abs()
+    assert ((out.double() - ref).abs() <= bound).all()

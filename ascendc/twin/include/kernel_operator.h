@@ -14,4 +14,5 @@
 #include "twin/vector.h"
 #include "twin/reduce.h"
 #include "twin/cube.h"
+#include "twin/mix.h"
 #include "twin/launch.h"

@@ -61,8 +61,8 @@ void nd2nz_params(GM_ADDR x, GM_ADDR y, int fixed) {
     DataCopy(t.a1.Get<half>(), t.x, Nd2NzParams(1, 16, 16, 0, 16, fixed ? 16 : 0, 1, 1));
 }
 void nd2nz_position(GM_ADDR x, GM_ADDR y, int fixed) {
-    Tile t(x, y); TBuf<TPosition::VECCALC> ub; t.pipe.InitBuffer(ub, 512);
-    DataCopy(fixed ? t.a1.Get<half>() : ub.Get<half>(), t.x, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 1));
+    Tile t(x, y);
+    DataCopy(fixed ? t.a1.Get<half>() : t.a2.Get<half>(), t.x, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 1));
 }
 void loaddata_fractal(GM_ADDR x, GM_ADDR y, int fixed) {
     Tile t(x, y); TBuf<TPosition::A1> small; t.pipe.InitBuffer(small, fixed ? 512 : 256);
@@ -139,11 +139,51 @@ void gm_raw_fix_mte2(GM_ADDR x, GM_ADDR y, int fixed) {  // read back what Fixpi
     DataCopy(t.a1.Get<half>(), yh, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 1));
 }
 
-const Body CONTROLS[] = {
-    l1_overflow, l0a_overflow, l0c_overflow, l0a_align, nd2nz_params, nd2nz_position, loaddata_fractal,
-    loaddata_repeat, loaddata_transpose_int8, mmad_position, mmad_params, mmad_bounds, fixpipe_quant,
-    fixpipe_scale_tensor, fixpipe_params, raw_mte2_mte1, raw_mte1_m, raw_m_fix, war_m_mte1, war_fix_m,
-    gm_raw_fix_mte2,
+// MIX kernels and the core types
+void core_memory(GM_ADDR, GM_ADDR, int fixed) {  // a cube core has no UB
+    TPipe pipe; TBuf<TPosition::VECCALC> ub; TBuf<TPosition::A1> l1;
+    if (fixed) pipe.InitBuffer(l1, 512); else pipe.InitBuffer(ub, 512);
+}
+void vector_core_memory(GM_ADDR, GM_ADDR, int fixed) {  // a vector core has no L1
+    TPipe pipe; TBuf<TPosition::VECCALC> ub; TBuf<TPosition::A1> l1;
+    if (fixed) pipe.InitBuffer(ub, 512); else pipe.InitBuffer(l1, 512);
+}
+void kernel_type(GM_ADDR, GM_ADDR, int fixed) {
+    KERNEL_TASK_TYPE_DEFAULT(fixed ? KERNEL_TYPE_MIX_AIC_1_2 : KERNEL_TYPE_AIV_ONLY);
+}
+void cross_flag_id(GM_ADDR, GM_ADDR, int fixed) {
+    uint16_t id = fixed ? 10 : 11;
+    if ASCEND_IS_AIC { CrossCoreSetFlag<2, PIPE_FIX>(id); }
+    if ASCEND_IS_AIV { CrossCoreWaitFlag(id); }
+}
+void cross_flag_pending(GM_ADDR, GM_ADDR, int fixed) {
+    int n = fixed ? 15 : 16;
+    if ASCEND_IS_AIC { for (int i = 0; i < n; ++i) CrossCoreSetFlag<2, PIPE_FIX>(1); }
+    if ASCEND_IS_AIV { if (fixed) for (int i = 0; i < n; ++i) CrossCoreWaitFlag(1); }
+}
+void cross_flag_hang(GM_ADDR, GM_ADDR, int fixed) {  // the AIC waits for both AIV; one never sets
+    if ASCEND_IS_AIC { CrossCoreWaitFlag(2); }
+    if ASCEND_IS_AIV { if (fixed || GetSubBlockIdx() == 0) CrossCoreSetFlag<2, PIPE_MTE3>(2); }
+}
+void mix_sync_all(GM_ADDR, GM_ADDR, int fixed) {
+    if (fixed) {
+        if ASCEND_IS_AIV { CrossCoreSetFlag<2, PIPE_MTE3>(0); }
+        if ASCEND_IS_AIC { CrossCoreWaitFlag(0); }
+    } else {
+        SyncAll<false>();
+    }
+}
+
+enum Kind : uint8_t { AIV, AIC, MIX };
+struct Control { Body body; Kind kind; uint32_t blocks; };
+const Control CONTROLS[] = {
+    {l1_overflow, AIC, 1}, {l0a_overflow, AIC, 1}, {l0c_overflow, AIC, 1}, {l0a_align, AIC, 1},
+    {nd2nz_params, AIC, 1}, {nd2nz_position, AIC, 1}, {loaddata_fractal, AIC, 1}, {loaddata_repeat, AIC, 1},
+    {loaddata_transpose_int8, AIC, 1}, {mmad_position, AIC, 1}, {mmad_params, AIC, 1}, {mmad_bounds, AIC, 1},
+    {fixpipe_quant, AIC, 1}, {fixpipe_scale_tensor, AIC, 1}, {fixpipe_params, AIC, 1}, {raw_mte2_mte1, AIC, 1},
+    {raw_mte1_m, AIC, 1}, {raw_m_fix, AIC, 1}, {war_m_mte1, AIC, 1}, {war_fix_m, AIC, 1},
+    {gm_raw_fix_mte2, AIC, 1}, {core_memory, AIC, 1}, {vector_core_memory, AIV, 1}, {kernel_type, MIX, 2},
+    {cross_flag_id, MIX, 2}, {cross_flag_pending, MIX, 1}, {cross_flag_hang, MIX, 1}, {mix_sync_all, MIX, 2},
 };
 }  // namespace
 
@@ -152,10 +192,12 @@ extern "C" int twin_cube_control(int id, int fixed, twin::TwinReportC* out) {
     if (id < 0 || id >= twin_cube_control_count()) return -1;
     std::vector<float> x(N), y(N, NAN);
     for (uint32_t i = 0; i < N; ++i) x[i] = float(i % 7) - 3.0f;
-    twin::Launch launch(1);
+    const Control& k = CONTROLS[id];
+    twin::Launch launch(k.blocks, k.kind == AIV ? twin::CoreKind::AIV : k.kind == AIC ? twin::CoreKind::AIC
+                                                                                  : twin::CoreKind::MIX_AIC_1_2);
     GM_ADDR gx = launch.gm_input(x.data(), N * 4, "x");
     GM_ADDR gy = launch.gm_output(y.data(), N * 4, "y");
-    launch.run([&] { CONTROLS[id](gx, gy, fixed); });
+    launch.run([&] { k.body(gx, gy, fixed); });
     twin::to_c(launch.report(), out);
     return 0;
 }

@@ -66,7 +66,7 @@ void matmul_kernel(GM_ADDR ga, GM_ADDR gb, GM_ADDR gs, GM_ADDR go, Shape s) {
 
 template <typename A, typename D, typename O>
 int run(const void* a, const void* b, const uint64_t* scales, void* out, Shape s, twin::TwinReportC* rep) {
-    twin::Launch launch(1);
+    twin::Launch launch(1, twin::CoreKind::AIC);
     uint32_t n4 = (s.n + 3) / 4 * 4;
     GM_ADDR ga = launch.gm_input(a, size_t(s.m) * s.k * sizeof(A), "a");
     GM_ADDR gb = launch.gm_input(b, size_t(s.n) * s.k * sizeof(A), "b");
@@ -76,7 +76,62 @@ int run(const void* a, const void* b, const uint64_t* scales, void* out, Shape s
     twin::to_c(launch.report(), rep);
     return 0;
 }
+// MIX_AIC_1_2: group g's AIC computes C = A[16g:16g+16, :k] x B (half -> float) into the workspace with Fixpipe
+// and signals its two AIV (mode 2, PIPE_FIX); AIV v (GetBlockIdx) reads rows [8v, 8v+8) of the workspace, adds
+// 1 + GetSubBlockIdx() and writes them to out. AIC and AIV exchange data only through GM.
+void mix_kernel(GM_ADDR ga, GM_ADDR gb, GM_ADDR gw, GM_ADDR go, uint32_t k) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+    const uint32_t groups = GetBlockNum(), K1 = (k + 15) / 16;
+    GlobalTensor<float> ws, out;
+    ws.SetGlobalBuffer((__gm__ float*)gw, groups * 256); out.SetGlobalBuffer((__gm__ float*)go, groups * 256);
+    TPipe pipe;
+    if ASCEND_IS_AIC {
+        uint32_t g = GetBlockIdx();
+        GlobalTensor<half> a, b;
+        a.SetGlobalBuffer((__gm__ half*)ga + g * 16 * k, 16 * k); b.SetGlobalBuffer((__gm__ half*)gb, 16 * k);
+        TBuf<TPosition::A1> a1; TBuf<TPosition::B1> b1; TBuf<TPosition::A2> a2; TBuf<TPosition::B2> b2;
+        TBuf<TPosition::CO1> c1;
+        pipe.InitBuffer(a1, K1 * 512); pipe.InitBuffer(b1, K1 * 512); pipe.InitBuffer(a2, K1 * 512);
+        pipe.InitBuffer(b2, K1 * 512); pipe.InitBuffer(c1, 1024);
+        DataCopy(a1.Get<half>(), a, Nd2NzParams(1, 16, k, 0, k, 16, 1, 1));
+        DataCopy(b1.Get<half>(), b, Nd2NzParams(1, 16, k, 0, k, 16, 1, 1));  // b is B^T [16, k]
+        SetFlag<HardEvent::MTE2_MTE1>(0); WaitFlag<HardEvent::MTE2_MTE1>(0);
+        LoadData(a2.Get<half>(), a1.Get<half>(), LoadData2DParams(0, K1, 1, 0, 0, false, 0));
+        LoadData(b2.Get<half>(), b1.Get<half>(), LoadData2DParams(0, K1, 1, 0, 0, false, 0));
+        SetFlag<HardEvent::MTE1_M>(0); WaitFlag<HardEvent::MTE1_M>(0);
+        MmadParams mp; mp.m = 16; mp.n = 16; mp.k = k;
+        Mmad(c1.Get<float>(), a2.Get<half>(), b2.Get<half>(), mp);
+        SetFlag<HardEvent::M_FIX>(0); WaitFlag<HardEvent::M_FIX>(0);
+        FixpipeParamsV220 fp; fp.nSize = 16; fp.mSize = 16; fp.srcStride = 16; fp.dstStride = 16;
+        Fixpipe(ws[g * 256], c1.Get<float>(), fp);
+        CrossCoreSetFlag<2, PIPE_FIX>(3);
+    }
+    if ASCEND_IS_AIV {
+        uint32_t v = GetBlockIdx();
+        TBuf<TPosition::VECCALC> ub; pipe.InitBuffer(ub, 512);
+        auto t = ub.Get<float>();
+        CrossCoreWaitFlag(3);
+        DataCopy(t, ws[v * 128], 128);
+        SetFlag<HardEvent::MTE2_V>(0); WaitFlag<HardEvent::MTE2_V>(0);
+        Adds(t, t, 1.0f + float(GetSubBlockIdx()), 128);
+        SetFlag<HardEvent::V_MTE3>(0); WaitFlag<HardEvent::V_MTE3>(0);
+        DataCopy(out[v * 128], t, 128);
+    }
+}
 }  // namespace
+
+// a: [16 groups, k] half; bt: [16, k] half (B^T); out: [16 groups, 16] float.
+extern "C" int twin_cube_mix(uint32_t groups, uint32_t k, const void* a, const void* bt, void* out,
+                             twin::TwinReportC* rep) {
+    twin::Launch launch(groups, twin::CoreKind::MIX_AIC_1_2);
+    GM_ADDR ga = launch.gm_input(a, size_t(groups) * 16 * k * 2, "a");
+    GM_ADDR gb = launch.gm_input(bt, size_t(16) * k * 2, "bt");
+    GM_ADDR gw = launch.gm_workspace(size_t(groups) * 256 * 4, "workspace");
+    GM_ADDR go = launch.gm_output(out, size_t(groups) * 256 * 4, "out");
+    launch.run([&] { mix_kernel(ga, gb, gw, go, k); });
+    twin::to_c(launch.report(), rep);
+    return 0;
+}
 
 // dtype: 0 int8, 1 half, 2 bfloat16. The output type follows quant: NoQuant float (int32 for int8),
 // F322F16 / DEQF16 / VDEQF16 half, F322BF16 / QS322BF16_PRE / VQS322BF16_PRE bfloat16.
