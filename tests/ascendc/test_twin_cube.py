@@ -48,6 +48,8 @@ CONTROLS = [
     ("gm_raw_fix_mte2", "pipe-hazard", f"RAW on GM: {ND2NZ} [PIPE_MTE2, call #7] reads GM bytes this core wrote with "
                                        "Fixpipe(L0C->GM) [PIPE_FIX, call #6] with no "
                                        "SetFlag/WaitFlag<HardEvent::FIX_MTE2>"),
+    ("queue_sync_cube", "pipe-hazard", f"RAW: {LOAD} [PIPE_MTE1, call #2] reads L1 bytes [0, 32) last written by "
+                                       f"{ND2NZ} [PIPE_MTE2, call #1]"),
     ("core_memory", "core-memory", "TPipe::InitBuffer: UB is not on this cube (AIC) core"),
     ("vector_core_memory", "core-memory", "TPipe::InitBuffer: L1 is not on this vector (AIV) core"),
     ("kernel_type", "kernel-type", "KERNEL_TASK_TYPE_DEFAULT: kernel type 0 does not match the launch (MIX_AIC_1_2)"),

@@ -139,6 +139,26 @@ void gm_raw_fix_mte2(GM_ADDR x, GM_ADDR y, int fixed) {  // read back what Fixpi
     DataCopy(t.a1.Get<half>(), yh, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 1));
 }
 
+void queue_sync_cube(GM_ADDR x, GM_ADDR y, int fixed) {  // TQue<A1> EnQue/DeQue is the MTE2 -> MTE1 sync, and so on
+    TPipe pipe; TQue<TPosition::A1, 1> qa1; TQue<TPosition::A2, 1> qa2; TQue<TPosition::B2, 1> qb2;
+    TQue<TPosition::CO1, 1> qc;
+    pipe.InitBuffer(qa1, 1, 512); pipe.InitBuffer(qa2, 1, 512); pipe.InitBuffer(qb2, 1, 512); pipe.InitBuffer(qc, 1, 1024);
+    GlobalTensor<half> gx; gx.SetGlobalBuffer((__gm__ half*)x, 2 * N);
+    GlobalTensor<float> gy; gy.SetGlobalBuffer((__gm__ float*)y, N);
+    auto a1 = qa1.AllocTensor<half>();
+    DataCopy(a1, gx, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 1));
+    if (fixed) { qa1.EnQue(a1); a1 = qa1.DeQue<half>(); }
+    auto a2 = qa2.AllocTensor<half>(); auto b2 = qb2.AllocTensor<half>();
+    LoadData(a2, a1, LoadData2DParams(0, 1, 0, 0, 0, false, 0));
+    LoadData(b2, a1, LoadData2DParams(0, 1, 0, 0, 0, true, 0));
+    qa2.EnQue(a2); qb2.EnQue(b2); a2 = qa2.DeQue<half>(); b2 = qb2.DeQue<half>();
+    auto c = qc.AllocTensor<float>();
+    Mmad(c, a2, b2, MmadParams(16, 16, 16, false));
+    qc.EnQue(c); c = qc.DeQue<float>();
+    FixpipeParamsV220 p; p.nSize = 16; p.mSize = 16; p.srcStride = 16; p.dstStride = 16;
+    Fixpipe(gy, c, p);
+    qc.FreeTensor(c); qa2.FreeTensor(a2); qb2.FreeTensor(b2); qa1.FreeTensor(a1);
+}
 // MIX kernels and the core types
 void core_memory(GM_ADDR, GM_ADDR, int fixed) {  // a cube core has no UB
     TPipe pipe; TBuf<TPosition::VECCALC> ub; TBuf<TPosition::A1> l1;
@@ -182,7 +202,7 @@ const Control CONTROLS[] = {
     {loaddata_transpose_int8, AIC, 1}, {mmad_position, AIC, 1}, {mmad_params, AIC, 1}, {mmad_bounds, AIC, 1},
     {fixpipe_quant, AIC, 1}, {fixpipe_scale_tensor, AIC, 1}, {fixpipe_params, AIC, 1}, {raw_mte2_mte1, AIC, 1},
     {raw_mte1_m, AIC, 1}, {raw_m_fix, AIC, 1}, {war_m_mte1, AIC, 1}, {war_fix_m, AIC, 1},
-    {gm_raw_fix_mte2, AIC, 1}, {core_memory, AIC, 1}, {vector_core_memory, AIV, 1}, {kernel_type, MIX, 2},
+    {gm_raw_fix_mte2, AIC, 1}, {queue_sync_cube, AIC, 1}, {core_memory, AIC, 1}, {vector_core_memory, AIV, 1}, {kernel_type, MIX, 2},
     {cross_flag_id, MIX, 2}, {cross_flag_pending, MIX, 1}, {cross_flag_hang, MIX, 1}, {mix_sync_all, MIX, 2},
 };
 }  // namespace
