@@ -244,7 +244,7 @@ struct Core {
         return uint32_t(calls.size() - 1);
     }
     // A DMA of `bytes` on an MTE pipe: it streams at the per-core MTE rate, through this core's share of HBM
-    // (HBM bandwidth / active cores, shared by MTE2 and MTE3), and completes a fixed latency after it streams.
+    // (HBM bandwidth / active cores, shared by MTE2, MTE3 and FIX), and completes a fixed latency after it streams.
     uint32_t issue_dma(const char* name, Pi p, uint64_t bytes) {
         check_abort();
         cnt.calls++;
@@ -266,7 +266,8 @@ struct Core {
     // shared channel: MTE2 and MTE3 transfers interleave); returns when the last byte has passed.
     double hbm_reserve(double start, double need) {
         // no later DMA can start before this (pipes start no earlier than free/ready and the scalar issue clock)
-        double lo = std::min(std::max({free_t[P_MTE2], ready_t[P_MTE2], t_s}), std::max({free_t[P_MTE3], ready_t[P_MTE3], t_s}));
+        double lo = std::min({std::max({free_t[P_MTE2], ready_t[P_MTE2], t_s}), std::max({free_t[P_MTE3], ready_t[P_MTE3], t_s}),
+                              std::max({free_t[P_FIX], ready_t[P_FIX], t_s})});
         size_t keep = 0;
         while (keep < hbm_busy.size() && hbm_busy[keep].second < std::min(lo, start)) ++keep;
         hbm_busy.erase(hbm_busy.begin(), hbm_busy.begin() + keep);
