@@ -238,10 +238,9 @@ inline void Mmad(const LocalTensor<D>& dst, const LocalTensor<A>& fm, const Loca
 }  // namespace AscendC
 
 namespace twin::cube {
-// Fixpipe's element conversion for one quantisation mode; `scale` is the mode's deq scale (fp32 bits in the low
-// 32 bits of the 64-bit deq word: our reading, see README).
-template <typename Dst, typename Src> inline Dst fix_convert(Src v, AscendC::QuantMode_t q, float scale) {
-    using namespace AscendC;
+// Fixpipe's element conversion (the mode is fixed by the Src/Dst pair once quant_ok passed); `scale` is the
+// dequant scale (fp32 bits in the low 32 bits of the 64-bit deq word: our reading, see README).
+template <typename Dst, typename Src> inline Dst fix_convert(Src v, float scale) {
     if constexpr (std::is_same_v<Src, float>) {
         if constexpr (std::is_same_v<Dst, float>) return v;
         else if constexpr (std::is_same_v<Dst, half>) return half::from_bits(f32_to_f16_rne(v));
@@ -328,7 +327,7 @@ inline void fixpipe(const AscendC::GlobalTensor<Dst>& dst, const LocalTensor<Src
     for (uint64_t r = 0; r < p.mSize; ++r) {
         for (uint64_t col = 0; col < p.nSize; ++col) {
             float sc = scales ? bits_f32(uint32_t(scales->data()[col])) : tensor_scale;
-            row[col] = fix_convert<Dst, Src>(s[(col / 16) * p.srcStride * 16 + r * 16 + col % 16], p.quantPre, sc);
+            row[col] = fix_convert<Dst, Src>(s[(col / 16) * p.srcStride * 16 + r * 16 + col % 16], sc);
         }
         Dst* g = dst.ptr_ + r * p.dstStride;
         std::memcpy(g, row.data(), p.nSize * sizeof(Dst));
