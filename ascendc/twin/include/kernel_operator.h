@@ -13,4 +13,6 @@
 #include "twin/datacopy.h"
 #include "twin/vector.h"
 #include "twin/reduce.h"
+#include "twin/cube.h"
+#include "twin/mix.h"
 #include "twin/launch.h"

@@ -84,9 +84,20 @@ constexpr size_t CANARY_BYTES = 64;
 constexpr uint8_t CANARY = 0xA5;
 constexpr uint8_t POISON = 0xFF;  // NaN in fp32/fp16/bf16, -1 in ints
 
+// What a launch runs: vector cores only, cube cores only, or groups of one AIC + two AIV (MIX_AIC_1_2).
+enum class CoreKind : uint8_t { AIV, AIC, MIX_AIC_1_2 };
+constexpr uint32_t CROSS_FLAG_IDS = 11;      // CrossCoreSetFlag flagId 0..10 on Atlas A2 (atlasascendc_api_07_0273)
+constexpr uint32_t CROSS_FLAG_PENDING = 15;  // sets pending per flag id and receiving core (see README)
+
 // Launch-wide shared state.
 struct LaunchState {
-    uint32_t block_dim = 1;
+    uint32_t block_dim = 1, threads = 1;
+    CoreKind kind = CoreKind::AIV;
+    // cross-core flags: per receiving thread and flag id, the completion times of the sets it may consume; per
+    // (mode, scope, flag id) key, per participant, the times of sets not yet combined into a signal
+    std::vector<std::vector<std::vector<double>>> xrecv;
+    std::vector<std::pair<uint64_t, std::vector<std::vector<double>>>> xsets;
+    uint32_t xwaiting = 0;
     std::vector<GmRegion> regions;
     std::atomic<bool> abort{false};
     std::mutex mu;
@@ -96,6 +107,12 @@ struct LaunchState {
     uint32_t arrived = 0, generation = 0, finished = 0;
     double barrier_t = 0, barrier_next = 0;
 
+    // cores streaming from HBM at once (physical cores in use: 40 AIV, 20 AIC on Atlas A2)
+    double active_cores() const {
+        if (kind == CoreKind::AIV) return std::min<double>(block_dim, model::VECTOR_CORES);
+        if (kind == CoreKind::AIC) return std::min<double>(block_dim, model::CUBE_CORES);
+        return std::min<double>(block_dim, model::CUBE_CORES) * 3;
+    }
     const GmRegion* find(const void* p, size_t bytes) const {
         auto a = reinterpret_cast<const uint8_t*>(p);
         for (auto& r : regions)
@@ -161,7 +178,10 @@ struct Counters {
 };
 
 struct Core {
-    uint32_t idx = 0;
+    uint32_t idx = 0;           // thread index in the launch
+    bool aic = false;           // a cube core (L1/L0 memories) rather than a vector core (UB)
+    uint32_t block = 0, sub = 0;  // GetBlockIdx, GetSubBlockIdx
+    std::string who = "core 0";
     LaunchState* launch = nullptr;
     std::unique_ptr<uint8_t[]> mem[NMEM];
     std::vector<BlockMeta> meta[NMEM];
@@ -199,7 +219,7 @@ struct Core {
     }
 
     [[noreturn]] void fail(const std::string& rule, const std::string& call, const std::string& msg) {
-        throw Violation(rule, call, msg + " (core " + std::to_string(idx) + ")");
+        throw Violation(rule, call, msg + " (" + who + ")");
     }
     void check_abort() { if (launch && launch->abort.load(std::memory_order_relaxed)) throw Aborted{}; }
 
@@ -224,7 +244,7 @@ struct Core {
         return uint32_t(calls.size() - 1);
     }
     // A DMA of `bytes` on an MTE pipe: it streams at the per-core MTE rate, through this core's share of HBM
-    // (HBM bandwidth / active cores, shared by MTE2 and MTE3), and completes a fixed latency after it streams.
+    // (HBM bandwidth / active cores, shared by MTE2, MTE3 and FIX), and completes a fixed latency after it streams.
     uint32_t issue_dma(const char* name, Pi p, uint64_t bytes) {
         check_abort();
         cnt.calls++;
@@ -232,7 +252,7 @@ struct Core {
         calls.push_back({name, uint8_t(p)});
         double issue_t = t_s;
         t_s += model::cycles_to_ns(model::ISSUE_CYCLES);
-        double active = std::min<double>(launch ? launch->block_dim : 1, model::VECTOR_CORES);
+        double active = launch ? launch->active_cores() : 1;
         double stream = double(bytes) / (model::MTE_BYTES_PER_CYCLE * model::CLOCK_GHZ);
         double share = double(bytes) / (model::HBM_BYTES_PER_NS / active);
         double start = std::max({free_t[p], ready_t[p], issue_t});
@@ -246,7 +266,8 @@ struct Core {
     // shared channel: MTE2 and MTE3 transfers interleave); returns when the last byte has passed.
     double hbm_reserve(double start, double need) {
         // no later DMA can start before this (pipes start no earlier than free/ready and the scalar issue clock)
-        double lo = std::min(std::max({free_t[P_MTE2], ready_t[P_MTE2], t_s}), std::max({free_t[P_MTE3], ready_t[P_MTE3], t_s}));
+        double lo = std::min({std::max({free_t[P_MTE2], ready_t[P_MTE2], t_s}), std::max({free_t[P_MTE3], ready_t[P_MTE3], t_s}),
+                              std::max({free_t[P_FIX], ready_t[P_FIX], t_s})});
         size_t keep = 0;
         while (keep < hbm_busy.size() && hbm_busy[keep].second < std::min(lo, start)) ++keep;
         hbm_busy.erase(hbm_busy.begin(), hbm_busy.begin() + keep);
@@ -397,6 +418,19 @@ inline thread_local Core* tl_core = nullptr;
 inline Core& core() {
     if (!tl_core) throw std::logic_error("AscendC API called outside twin::Launch::run");
     return *tl_core;
+}
+inline bool core_is_aic() { return core().aic; }
+// KERNEL_TASK_TYPE_DEFAULT(t): the kernel's declared type must match what the launch runs.
+inline void check_kernel_type(KernelMetaType t) {
+    Core& c = core();
+    CoreKind k = c.launch->kind;
+    bool ok = (k == CoreKind::AIV && (t == KERNEL_TYPE_AIV_ONLY || t == KERNEL_TYPE_MIX_AIV_1_0)) ||
+              (k == CoreKind::AIC && (t == KERNEL_TYPE_AIC_ONLY || t == KERNEL_TYPE_MIX_AIC_1_0)) ||
+              (k == CoreKind::MIX_AIC_1_2 && t == KERNEL_TYPE_MIX_AIC_1_2);
+    static const char* kn[] = {"vector-only", "cube-only", "MIX_AIC_1_2"};
+    if (!ok)
+        c.fail("kernel-type", "KERNEL_TASK_TYPE_DEFAULT", "kernel type " + std::to_string(int(t)) +
+               " does not match the launch (" + kn[int(k)] + ")");
 }
 
 }  // namespace twin

@@ -51,7 +51,7 @@ inline void gm_store(Core& c, const char* call, uint8_t* dst, const uint8_t* src
 namespace AscendC {
 // DataCopy GM -> UB, `count` elements: the byte length and the UB address must be 32-byte multiples.
 template <typename T> inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t count) {
-    const char* call = "DataCopy(GM->UB)";
+    const char* call = dst.mem_ == twin::M_L1 ? "DataCopy(GM->L1)" : "DataCopy(GM->UB)";
     Core& c = core();
     uint64_t bytes = uint64_t(count) * sizeof(T);
     if (bytes % 32)

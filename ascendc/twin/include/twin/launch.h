@@ -35,9 +35,16 @@ struct Report {
 
 class Launch {
   public:
-    explicit Launch(uint32_t block_dim) {
+    // kind: CoreKind::AIV (vector cores, the default), CoreKind::AIC (cube cores) or CoreKind::MIX_AIC_1_2 (block_dim groups
+    // of one AIC + two AIV; threads per group in that order; at most 20 groups, the AIC count).
+    explicit Launch(uint32_t block_dim, CoreKind kind = CoreKind::AIV) {
         if (block_dim < 1 || block_dim > 1024) throw std::invalid_argument("twin::Launch: block_dim must be in [1, 1024]");
+        if (kind == CoreKind::MIX_AIC_1_2 && block_dim > model::CUBE_CORES)
+            throw std::invalid_argument("twin::Launch: a MIX_AIC_1_2 launch has at most 20 groups (the AIC count)");
         state_.block_dim = block_dim;
+        state_.kind = kind;
+        state_.threads = kind == CoreKind::MIX_AIC_1_2 ? 3 * block_dim : block_dim;
+        state_.xrecv.assign(state_.threads, std::vector<std::vector<double>>(CROSS_FLAG_IDS));
         report_.block_dim = block_dim;
     }
     GM_ADDR gm_input(const void* host, size_t bytes, const char* name) { return add(host, nullptr, bytes, name, false); }
@@ -45,14 +52,20 @@ class Launch {
     GM_ADDR gm_workspace(size_t bytes, const char* name) { return add(nullptr, nullptr, bytes, name, true); }
 
     void run(const std::function<void()>& body) {
-        uint32_t n = state_.block_dim;
+        uint32_t n = state_.threads;
         report_.cores.assign(n, Counters{});
         std::vector<std::thread> th;
         th.reserve(n);
         for (uint32_t i = 0; i < n; ++i)
             th.emplace_back([this, i, &body] {
                 auto c = std::make_unique<Core>();
-                c->idx = i; c->launch = &state_;
+                c->idx = i; c->launch = &state_; c->block = i; c->who = "core " + std::to_string(i);
+                if (state_.kind == CoreKind::AIC) c->aic = true;
+                if (state_.kind == CoreKind::MIX_AIC_1_2) {
+                    uint32_t g = i / 3, r = i % 3;
+                    c->aic = r == 0; c->sub = r ? r - 1 : 0; c->block = r ? 2 * g + r - 1 : g;
+                    c->who = r ? "AIV " + std::to_string(c->block) : "AIC " + std::to_string(g);
+                }
                 tl_core = c.get();
                 try { body(); }
                 catch (const Violation& v) { state_.fail(v.what()); }
@@ -104,9 +117,16 @@ class Launch {
             auto e = report_.violation.find(']');
             report_.rule = report_.violation.substr(1, e == std::string::npos ? 0 : e - 1);
         }
-        // modeled time: cores beyond the physical vector-core count run in waves on the same core
-        std::vector<double> phys(std::min<uint32_t>(state_.block_dim, model::VECTOR_CORES), 0.0);
-        for (uint32_t i = 0; i < state_.block_dim; ++i) phys[i % phys.size()] += report_.cores[i].end_ns;
+        // modeled time: cores beyond the physical count (40 AIV, 20 AIC) run in waves on the same core; a MIX
+        // group takes its slowest core
+        uint32_t per = state_.kind == CoreKind::MIX_AIC_1_2 ? 3 : 1;
+        std::vector<double> phys(std::min<uint32_t>(state_.block_dim, state_.kind == CoreKind::AIV ? model::VECTOR_CORES
+                                                                                                : model::CUBE_CORES), 0.0);
+        for (uint32_t b = 0; b < state_.block_dim; ++b) {
+            double t = 0;
+            for (uint32_t r = 0; r < per; ++r) t = std::max(t, report_.cores[b * per + r].end_ns);
+            phys[b % phys.size()] += t;
+        }
         report_.modeled_ns = *std::max_element(phys.begin(), phys.end()) + model::LAUNCH_OVERHEAD_NS;
         for (auto& c : report_.cores)
             for (int p = 0; p < NPI; ++p) report_.pipe_busy_ns[p] = std::max(report_.pipe_busy_ns[p], c.busy_ns[p]);

@@ -6,7 +6,7 @@
 namespace twin::model {
 // On-chip memories per core (notes/ascendc.md §3; hiascend "Hardware architecture / storage units" pages).
 constexpr uint32_t UB_BYTES = 192 * 1024;    // Unified Buffer per vector core
-constexpr uint32_t L1_BYTES = 512 * 1024;    // L1 per cube core (declared for the cube side)
+constexpr uint32_t L1_BYTES = 512 * 1024;    // L1 per cube core
 constexpr uint32_t L0A_BYTES = 64 * 1024;
 constexpr uint32_t L0B_BYTES = 64 * 1024;
 constexpr uint32_t L0C_BYTES = 128 * 1024;
@@ -35,6 +35,17 @@ constexpr double SCALAR_OP_CYCLES = 4.0;
 constexpr double ISSUE_CYCLES = 2.0;
 constexpr double SYNCALL_CYCLES = 500.0;          // cross-core barrier (assumption)
 constexpr double LAUNCH_OVERHEAD_NS = 2000.0;     // kernel launch (assumption; typical few-us NPU launch)
+
+// Cube unit (AIC): perf/peaks.py PEAKS["ascend_910b3"].bf16 = 294.9 TFLOPS over 20 cube cores at 1.8 GHz
+// = 8192 FLOP = 4096 MAC per cycle per core (one 16x16x16 fp16/bf16 fractal product per cycle); int8 twice that
+// (one 16x32x16 int8 product per cycle; peaks.py int8 = 2 x bf16, HotChips 31). Both derived, not measured.
+constexpr uint32_t CUBE_CORES = 20;               // Atlas A2 910B3 AIC count
+constexpr double CUBE_FP16_MACS_PER_CYCLE = 4096.0;
+constexpr double CUBE_INT8_MACS_PER_CYCLE = 8192.0;
+constexpr double CUBE_LATENCY_CYCLES = 32.0;      // Mmad issue-to-result (assumption)
+// L1 -> L0A/L0B (MTE1): assumed 256 B/cycle (no public figure; assumption). Fixpipe L0C -> GM streams like an
+// MTE DMA through the core's HBM share.
+constexpr double MTE1_BYTES_PER_CYCLE = 256.0;
 
 constexpr double cycles_to_ns(double c) { return c / CLOCK_GHZ; }
 }  // namespace twin::model

@@ -55,6 +55,8 @@ inline void sync_all(const char* call) {
     c.check_abort();
     c.barrier_all();
     auto* L = c.launch;
+    if (L->kind == twin::CoreKind::MIX_AIC_1_2)
+        c.fail("sync-all", call, "SyncAll in a MIX_AIC_1_2 launch is not modeled (use CrossCoreSetFlag/CrossCoreWaitFlag)");
     std::unique_lock<std::mutex> g(L->mu);
     uint32_t gen = L->generation;
     L->barrier_next = std::max(L->barrier_next, c.end_time());

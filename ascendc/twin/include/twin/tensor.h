@@ -323,6 +323,10 @@ class TPipe {
   private:
     static int alloc(Core& c, const char* call, int m, uint32_t len, twin::Slot::State st) {
         if (m < 0) c.fail("queue-misuse", call, "TPosition has no on-chip memory");
+        if (c.aic == (m == twin::M_UB))
+            c.fail("core-memory", call, std::string(twin::mem_name(m)) + " is not on this " +
+                   (c.aic ? "cube (AIC) core: AIC has L1/L0A/L0B/L0C" : "vector (AIV) core: AIV has UB only") +
+                   "; AIC and AIV exchange data only through GM");
         c.ensure_mem(m);
         if (c.buffers + 1 > twin::model::MAX_BUFFERS_PER_KERNEL)
             c.fail("buffer-count", call, "more than " + std::to_string(twin::model::MAX_BUFFERS_PER_KERNEL) +
@@ -348,6 +352,11 @@ inline TPipe* GetTPipePtr() {
 }
 
 // Block / core ids (GetBlockIdx, GetBlockNum pages).
-inline int64_t GetBlockIdx() { return core().idx; }
+// MIX_AIC_1_2 (GetBlockIdx page atlasascendc_api_07_0185): AIC in [0, blockDim), AIV in [0, 2 blockDim);
+// GetSubBlockIdx is 0 / 1 for the two AIV of a group (0 on AIC); GetTaskRation 2 on AIV of a MIX launch, else 1.
+inline int64_t GetBlockIdx() { return core().block; }
 inline int64_t GetBlockNum() { return core().launch->block_dim; }
+inline int64_t GetSubBlockIdx() { return core().sub; }
+inline int64_t GetTaskRation() { return core().launch->kind == twin::CoreKind::MIX_AIC_1_2 && !core().aic ? 2 : 1; }
+inline int64_t GetTaskRatio() { return GetTaskRation(); }
 }  // namespace AscendC

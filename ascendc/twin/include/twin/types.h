@@ -11,9 +11,20 @@
 #ifndef GM_ADDR
 #define GM_ADDR __gm__ uint8_t*
 #endif
-#define KERNEL_TASK_TYPE_DEFAULT(x)
-#define ASCEND_IS_AIV (true)
-#define ASCEND_IS_AIC (false)
+// Kernel types ("Kernel type" / KERNEL_TASK_TYPE_DEFAULT pages); the launcher states the kind it runs
+// (twin::Launch(block_dim, kind)), and the macro checks the kernel agrees. ASCEND_IS_AIV / ASCEND_IS_AIC ask the
+// running core.
+enum KernelMetaType : uint8_t {
+    KERNEL_TYPE_AIV_ONLY = 0, KERNEL_TYPE_AIC_ONLY, KERNEL_TYPE_MIX_AIV_1_0, KERNEL_TYPE_MIX_AIC_1_0,
+    KERNEL_TYPE_MIX_AIC_1_1, KERNEL_TYPE_MIX_AIC_1_2,
+};
+namespace twin {
+bool core_is_aic();
+void check_kernel_type(KernelMetaType t);
+}  // namespace twin
+#define KERNEL_TASK_TYPE_DEFAULT(x) twin::check_kernel_type(x)
+#define ASCEND_IS_AIV (!twin::core_is_aic())
+#define ASCEND_IS_AIC (twin::core_is_aic())
 
 namespace twin {
 // IEEE binary16 / bfloat16 <-> float, round-half-to-even (the default conversion of the `half` type).
