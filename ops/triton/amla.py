@@ -597,7 +597,7 @@ _TILE_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "programs_per_cor
 # batch-invariant mode (docs/ops/amla.md, "Batch-invariant mode"): chunk-size policies, fixed constants of the code
 # (never the launch tables, so no retune, core count or batch composition changes them)
 BATCH_INVARIANT_POLICIES = ("scaled", "fixed", "single")
-BATCH_INVARIANT_POLICY = "scaled"     # the policy ops.batch_invariant() / DS_OPS_BATCH_INVARIANT=1 use
+BATCH_INVARIANT_POLICY = "fixed"      # the policy ops.batch_invariant() / DS_OPS_BATCH_INVARIANT=1 use
 INVARIANT_CHUNK_UNIT = 512            # chunk lengths are multiples of this (so of every BLOCK_N that divides it)
 INVARIANT_MAX_CHUNKS = 64             # a request is cut into at most this many chunks
 
@@ -606,12 +606,12 @@ def invariant_chunking(policy: str, rows: int) -> tuple[int, int]:
     """(base chunk length in keys, most chunks per request) of a batch-invariant chunk-size ``policy`` for requests
     of ``rows`` = S_q·N query rows: "scaled" — base = clamp(next_pow2(32·rows), 512, 8192) (the merge's fp32
     partials cost ~rows·4 KiB per chunk, so longer chunks for more rows keep them near a tenth of the KV read),
-    "fixed" — base 2048 whatever the rows, "single" — (0, 1): one chunk, no split. Raises ValueError for another
-    policy."""
+    "fixed" (the mode's policy) — base 512 whatever the rows, "single" — (0, 1): one chunk, no split. Raises
+    ValueError for another policy."""
     if policy == "scaled":
         return min(max(_np2(32 * max(rows, 1)), 512), 8192), INVARIANT_MAX_CHUNKS
     if policy == "fixed":
-        return 2048, INVARIANT_MAX_CHUNKS
+        return INVARIANT_CHUNK_UNIT, INVARIANT_MAX_CHUNKS
     if policy == "single":
         return 0, 1
     raise ValueError(f"batch-invariant policy must be one of {BATCH_INVARIANT_POLICIES}, got {policy!r}")
