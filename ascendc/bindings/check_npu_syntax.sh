@@ -5,6 +5,7 @@
 # The kernels themselves need CANN's compiler and are not checked here (see ascendc/README.md).
 set -euo pipefail
 py="${1:-python}"
+case "$py" in */*) py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")" ;; esac   # absolute: the script cds below
 here="$(cd "$(dirname "$0")" && pwd)"
 ver="$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')"
 cache="${DS_TORCH_NPU_HEADERS:-${XDG_CACHE_HOME:-$HOME/.cache}/ds-ops/torch-npu-$ver}"
