@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -52,3 +54,10 @@ def test_example_runs(name, heading, code, monkeypatch):
         pytest.skip(SKIP[(name, heading)])
     monkeypatch.chdir(ROOT)
     exec(compile(code, f"{name} ({heading})", "exec"), {"__name__": "__doc_example__"})
+
+
+def test_every_file_and_test_id_the_docs_name_exists():
+    """docs/check_refs.py finds nothing dangling: every backticked repository path exists and every ``path::name``
+    test id names a test defined in that file (docs/ops/amla.md once cited a test in the wrong file)."""
+    r = subprocess.run([sys.executable, str(ROOT / "docs" / "check_refs.py")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
