@@ -3,7 +3,7 @@
 Checks README.md, CHANGELOG.md and docs/**/*.md: relative Markdown link targets (resolved from the document's
 folder) and backticked repository paths (resolved from the repository root): a token whose first part is a
 top-level folder of the repository, or a path with a known file extension. Tokens with ``<``, ``*`` or ``{``
-(templates, globs) are not paths; ``path::name`` (a pytest id) and ``path:line`` are checked as ``path``.
+(templates, globs) are not paths; ``path:line`` is checked as ``path``, ``path::name`` (a pytest id) as ``path`` holding ``def name``.
 """
 from __future__ import annotations
 
@@ -44,6 +44,10 @@ def dangling(doc: pathlib.Path) -> list[str]:
                 continue
             if not (ROOT / path).exists():
                 out.append(f"{n}: `{tok}`")
+            elif "::" in tok and path.endswith(".py"):   # a pytest id: its test function must be in that file
+                name = tok.split("::")[-1].split("[", 1)[0].rstrip(",.;")
+                if not re.search(rf"^\s*(?:async )?def {re.escape(name)}\b", (ROOT / path).read_text(), re.M):
+                    out.append(f"{n}: `{tok}` ({name} is not defined in {path})")
     return out
 
 

@@ -113,6 +113,44 @@ def gating_tiling(rows: int, experts: int, k: int, *, k_group: int = 1, group_co
                    max_row_batch)
 
 
+def _tiling_reason(x: torch.Tensor, tile, *args, **kwargs) -> str | None:
+    """The kernels' ``supports``: None if the host tiling takes the shape, else its reason, so that a shape the
+    kernel cannot tile is BackendUnavailable when forced and a fallback under ``auto``, not an argument error. Asked
+    on CPU tensors only (the twin build holds the host tiling); on npu tensors the CANN build's own check stands."""
+    if x.device.type != "cpu":
+        return None
+    try:
+        tile(*args, **kwargs)
+    except ValueError as e:
+        return f"the Ascend C host tiling refuses these inputs: {e}"
+    return None
+
+
+def supports_reason_dynamic_quant(x, *, smooth_scales=None) -> str | None:
+    """``supports`` of the dynamic_quant kernel: the host tiling's reason for x's shape (nothing for T = 0)."""
+    rows = x.numel() // x.shape[-1]
+    return None if rows == 0 else _tiling_reason(x, quant_tiling, rows, x.shape[-1], dtype=x.dtype,
+                                                 smooth=smooth_scales is not None)
+
+
+def supports_reason_rms_norm_dynamic_quant(x, gamma, *, epsilon=1e-6, residual=None, smooth_scales=None) -> str | None:
+    """``supports`` of the rms_norm_dynamic_quant kernel (as :func:`supports_reason_dynamic_quant`)."""
+    rows = x.numel() // x.shape[-1]
+    return None if rows == 0 else _tiling_reason(x, quant_tiling, rows, x.shape[-1], dtype=x.dtype, rms=True,
+                                                 smooth=smooth_scales is not None, residual=residual is not None,
+                                                 epsilon=float(epsilon))
+
+
+def supports_reason_moe_gating_top_k(x, k, *, bias=None, k_group=1, group_count=1, group_select_mode=0, renorm=0,
+                                     norm_type=0, out_flag=False, routed_scaling_factor=1.0, eps=1e-20) -> str | None:
+    """``supports`` of the moe_gating_top_k kernel: the host tiling's reason (E above the kernel's limit, ...)."""
+    T, E = x.shape
+    return None if T == 0 else _tiling_reason(x, gating_tiling, T, E, int(k), k_group=int(k_group),
+                                              group_count=int(group_count), group_select_mode=int(group_select_mode),
+                                              renorm=int(renorm), norm_type=int(norm_type), dtype=x.dtype,
+                                              bias=bias is not None)
+
+
 # ----------------------------------------------------------------------------------------------
 # the kernels on CPU tensors (through the twin) or npu tensors (through the CANN build)
 # ----------------------------------------------------------------------------------------------

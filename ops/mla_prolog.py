@@ -66,14 +66,16 @@ def _check_static(token_x, weight_dq, weight_uq_qr, weight_uk, weight_dkv_kr, rm
     Dr = kr_cache.shape[-1]
     if Dr % 2:
         raise ValueError(f"kr_cache last dim (qk_rope_head_dim Dr) must be even, got {Dr}")
-    check_tensor("weight_dq", weight_dq, dtypes=(dt, torch.int8), ndim=2, shape=(He, None))
+    check_tensor("weight_dq", weight_dq, dtypes=(dt, torch.int8), ndim=2, shape=(He, None),
+                 why=" (He = token_x.shape[-1])")
     Hcq = weight_dq.shape[1]
     try:
         check_tensor("weight_uq_qr", weight_uq_qr, dtypes=(dt, torch.int8), shape=(Hcq, N * (D + Dr)))
     except ValueError as e:   # both sizes come from other arguments: say which, so either may be the wrong one
         raise ValueError(f"{e} (Hcq = {Hcq} is weight_dq's width; N·(D + Dr) = {N}·({D} + {Dr}) come from weight_uk "
                          f"[N, D, Hckv] and kr_cache's last dim)") from None
-    check_tensor("weight_dkv_kr", weight_dkv_kr, dtypes=(dt, torch.int8), shape=(He, Hckv + Dr))
+    check_tensor("weight_dkv_kr", weight_dkv_kr, dtypes=(dt, torch.int8), shape=(He, Hckv + Dr),
+                 why=" (He = token_x.shape[-1], Hckv from weight_uk, Dr from kr_cache)")
     check_tensor("rmsnorm_gamma_cq", rmsnorm_gamma_cq, dtypes=FLOATS, shape=(Hcq,))
     check_tensor("rmsnorm_gamma_ckv", rmsnorm_gamma_ckv, dtypes=FLOATS, shape=(Hckv,))
     check_tensor("rope_sin", rope_sin, dtypes=FLOATS, shape=lead + [Dr])

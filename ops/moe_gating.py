@@ -105,5 +105,6 @@ moe_gating_top_k = DsOp(
     "moe_gating_top_k", _ref.moe_gating_top_k, fake=_fake, check=_check, spec=SPEC, schema=_SCHEMA,
     kernels=[Kernel("triton", "ops.triton.moe_gating", "moe_gating_top_k", ("cuda", "cpu", "npu"),
                     supports=_lazy_supports("ops.triton.moe_gating", "moe_gating_top_k")),
-             Kernel("ascendc", "ops._ascendc", "moe_gating_top_k", ("npu", "cpu"))],
+             Kernel("ascendc", "ops._ascendc", "moe_gating_top_k", ("npu", "cpu"),
+                    supports=_lazy_supports("ops._ascendc", "moe_gating_top_k"))],
     flop_formula=lambda *a, out_val=None, **kw: flops(**_bind(_ref.moe_gating_top_k, a, kw)))

@@ -121,7 +121,8 @@ dynamic_quant = DsOp(
     "dynamic_quant", _ref.dynamic_quant, fake=_fake_dynamic_quant, check=_check_dynamic_quant, spec=SPEC_DYNAMIC_QUANT,
     kernels=[Kernel("triton", "ops.triton.quant", "dynamic_quant", ("cuda", "cpu", "npu"),
                     supports=_lazy_supports("ops.triton.quant", "dynamic_quant")),
-             Kernel("ascendc", "ops._ascendc", "dynamic_quant", ("npu", "cpu"))],
+             Kernel("ascendc", "ops._ascendc", "dynamic_quant", ("npu", "cpu"),
+                    supports=_lazy_supports("ops._ascendc", "dynamic_quant"))],
     flop_formula=lambda *a, out_val=None, **kw: flops_dynamic_quant(**_bind(_ref.dynamic_quant, a, kw)))
 
 
@@ -191,7 +192,8 @@ rms_norm_dynamic_quant = DsOp(
     check=_check_rms_norm_dynamic_quant, spec=SPEC_RMS_NORM_DYNAMIC_QUANT,
     kernels=[Kernel("triton", "ops.triton.quant", "rms_norm_dynamic_quant", ("cuda", "cpu", "npu"),
                     supports=_lazy_supports("ops.triton.quant", "rms_norm_dynamic_quant")),
-             Kernel("ascendc", "ops._ascendc", "rms_norm_dynamic_quant", ("npu", "cpu"))],
+             Kernel("ascendc", "ops._ascendc", "rms_norm_dynamic_quant", ("npu", "cpu"),
+                    supports=_lazy_supports("ops._ascendc", "rms_norm_dynamic_quant"))],
     flop_formula=lambda *a, out_val=None, **kw: flops_rms_norm_dynamic_quant(**_bind(_ref.rms_norm_dynamic_quant, a, kw)))
 
 

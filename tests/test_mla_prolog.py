@@ -494,6 +494,8 @@ BAD = [
     ("bf16", lambda d: d.update(weight_uq_qr=d["weight_uq_qr"][:, :-2]), ValueError, "weight_uq_qr must have shape"),
     # a wrong weight_dq width shows as a weight_uq_qr mismatch: the message says where Hcq comes from
     ("bf16", lambda d: d.update(weight_dq=d["weight_dq"][:, :-8]), ValueError, "is weight_dq's width"),
+    # a token_x of the wrong width shows as a weight mismatch: the message says He comes from token_x
+    ("bf16", lambda d: d.update(token_x=d["token_x"][:, :-1]), ValueError, r"weight_dq must have shape \[63, \*\] \(He = token_x"),
     ("bf16", lambda d: d.update(rope_sin=d["rope_sin"][:-1]), ValueError, "rope_sin must have shape"),
     ("bf16", lambda d: d.update(kr_cache=d["kr_cache"][:-1]), ValueError, "kr_cache must have shape"),
     ("bf16", lambda d: d.update(kv_cache=d["kv_cache"].squeeze(2)), ValueError, "kv_cache must have 4 dimensions"),

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ops
-from ops import _ascendc
+from ops import BackendUnavailable, _ascendc, _library as L
 from reference import moe_gating as M
 from tests.tolerances import assert_close
 
@@ -117,3 +117,15 @@ def test_zero_tokens():
     y, idx, norm = _run(torch.empty(0, 256), 8, k_group=4, group_count=8, norm_type=1)
     assert y.shape == (0, 8) and idx.shape == (0, 8) and norm.shape == (0, 256)
 
+
+
+def test_more_experts_than_the_kernel_takes_is_backend_unavailable(gen):
+    """E = 2048 is valid input (the reference takes it) beyond the kernel's 1024: forced ascendc raises
+    BackendUnavailable naming E, and the kernel's supports() gives the reason so that auto falls back. It used to be a
+    ValueError from the tiling, which under auto would have stopped the call instead of falling back."""
+    x = torch.randn(2, 2048, generator=gen)
+    with pytest.raises(BackendUnavailable, match=r"E \(x.shape\[1\]\) = 2048"):
+        _run(x, 8, group_count=8, k_group=4, norm_type=1)
+    asc = next(k for k in L.OPS["moe_gating_top_k"].kernels if k.backend == "ascendc")
+    assert "2048" in asc.supports(x, 8, group_count=8, k_group=4, norm_type=1)
+    assert asc.supports(x[:, :256], 8, group_count=8, k_group=4, norm_type=1) is None

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import ops
+from ops import BackendUnavailable
 from ops import _ascendc, _library
 from ops.tolerances import TOLERANCES
 from reference import quant as R
@@ -163,9 +164,17 @@ def test_rms_nan_row_isolated(gen):
     assert torch.equal(torch.isnan(ro), torch.isnan(rro))
 
 
-def test_untileable_H_is_an_error_naming_H_before_anything_runs(gen):
-    with pytest.raises(ValueError, match=r"H \(x.shape\[-1\]\) = 30000"):
-        _rms(torch.randn(2, 30000, generator=gen), torch.ones(30000), smooth_scales=torch.ones(30000))
+def test_untileable_H_is_backend_unavailable_naming_H_before_anything_runs(gen):
+    """H the kernel cannot tile is valid input (the reference takes it): forced ascendc raises BackendUnavailable
+    naming H, and the kernel's supports() gives the reason so that auto falls back. It used to be a ValueError."""
+    x, g, s = torch.randn(2, 30000, generator=gen), torch.ones(30000), torch.ones(30000)
+    with pytest.raises(BackendUnavailable, match=r"H \(x.shape\[-1\]\) = 30000"):
+        _rms(x, g, smooth_scales=s)
+    with pytest.raises(BackendUnavailable, match=r"H \(x.shape\[-1\]\) = 60000"):
+        _dq(torch.randn(2, 60000, generator=gen), torch.ones(60000))
+    asc = next(k for k in _library.OPS["rms_norm_dynamic_quant"].kernels if k.backend == "ascendc")
+    assert "30000" in asc.supports(x, g, smooth_scales=s)
+    assert asc.supports(x, g) is None and asc.supports(x[:0], g, smooth_scales=s) is None   # fits / nothing launched
 
 
 def test_modeled_reports_a_labelled_modeled_time(gen):
