@@ -197,7 +197,7 @@ def test_noncontiguous_queries(be, gen):
 
 
 # ----------------------------------------------------------------------------------------------
-# field cases (shared/cases.md)
+# field cases (docs/field_cases.md)
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("be", BACKENDS)
 def test_A1_zero_length_rows(be, gen):

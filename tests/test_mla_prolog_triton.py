@@ -8,7 +8,7 @@ Dr 64 kept, plus odd dims that exercise every mask). With CUDA it runs the same 
 
 Every buffer the launcher allocates is poisoned (NaN / INT_MIN) so an unwritten element fails; caches
 start as NaN (float) or random (int8), and rows that must not be written are compared bit for bit.
-Field cases P1–P5 (shared/cases.md) are named in the test names.
+Field cases P1–P5 (docs/field_cases.md) are named in the test names.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Runs under TRITON_INTERPRET=1 on the CPU with small T, through ``ops.backend("triton")``; both config
 tables ("ascend": grid capped with a loop inside; "cuda": forced) are exercised. Output buffers are
 poisoned (NaN / INT_MIN) so an unwritten element fails. ids must match the reference exactly, weights
-to the fp32 / fp16 tolerance, norm_out to fp32. Field cases G1–G6 (shared/cases.md) are named in the
+to the fp32 / fp16 tolerance, norm_out to fp32. Field cases G1–G6 (docs/field_cases.md) are named in the
 test names. bf16 logits are checked on the H200 (the interpreter rounds fp32 → bf16 toward zero).
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ Every output buffer the kernels allocate is poisoned (NaN / INT_MIN) so an unwri
 Interpreter limits (so these tests use fp16/fp32 where exactness matters): it computes bf16 tl.dot
 wrongly and rounds fp32 → bf16 toward zero (the GPU rounds to nearest even), so bf16 outputs are
 checked with the bf16 tolerance here and exactly on the H200 (tests/gpu/check_quant_gating.py).
-Field cases Q1–Q6 (shared/cases.md) are named in the test names.
+Field cases Q1–Q6 (docs/field_cases.md) are named in the test names.
 """
 from __future__ import annotations
 
