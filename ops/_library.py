@@ -434,7 +434,28 @@ class DsOp:
     def __call__(self, *args, **kwargs):
         if torch.compiler.is_compiling():
             return getattr(torch.ops.ds, self.name)(*args, **kwargs)
+        if any(type(a) in _NUMPY_SCALARS for a in args) or any(type(v) in _NUMPY_SCALARS for v in kwargs.values()):
+            args, kwargs = _python_scalars(args, kwargs)
         return self._run("eager", args, kwargs)
+
+
+def _numpy_scalar_types() -> frozenset:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        return frozenset()
+    return frozenset(t for t in np.sctypeDict.values() if issubclass(t, (np.integer, np.floating)))
+
+
+_NUMPY_SCALARS = _numpy_scalar_types()
+
+
+def _python_scalars(args, kwargs):
+    """numpy integer / float scalars as Python int / float: the eager helpers take what ``torch.ops.ds.<op>`` takes
+    (the dispatcher converts them for a schema int or float)."""
+    def conv(a):
+        return a.item() if type(a) in _NUMPY_SCALARS else a
+    return tuple(conv(a) for a in args), {k: conv(v) for k, v in kwargs.items()}
 
 
 def _needs_unit_stride_copy(name: str, a: torch.Tensor, mutates_args: tuple[str, ...]) -> bool:

@@ -346,3 +346,17 @@ def test_auto_prefers_ascendc_over_triton_then_falls_back(monkeypatch):
             assert "not these inputs" in str(e)
         else:
             raise AssertionError("an explicit backend that refuses must raise")
+
+
+def test_numpy_scalars_behave_like_python_scalars_on_both_paths():
+    """A numpy integer k (np.int64(8)) runs the eager helper as it runs torch.ops.ds (the dispatcher converts it);
+    the eager helper refused it as "not an int"."""
+    np = pytest.importorskip("numpy")
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(5))
+    kw = dict(k_group=2, group_count=4, group_select_mode=1, norm_type=1, routed_scaling_factor=np.float32(2.5))
+    want = torch.ops.ds.moe_gating_top_k(x, 6, **dict(kw, routed_scaling_factor=2.5))
+    for got in (ops.moe_gating.moe_gating_top_k(x, np.int64(6), **kw), torch.ops.ds.moe_gating_top_k(x, np.int64(6), **kw)):
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+    with pytest.raises(TypeError, match="k"):
+        ops.moe_gating.moe_gating_top_k(x, np.float64(6.0), **kw)
