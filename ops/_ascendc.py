@@ -286,7 +286,9 @@ def moe_gating_top_k(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = Non
 
 def pack_quant_weight(weight_int8: torch.Tensor) -> torch.Tensor:
     """The int8 weight in the layout the quant_matmul kernel reads: FRACTAL_NZ of the [N, K] (Linear-layout) weight,
-    as ``torch_npu.npu_format_cast(weight_int8.t().contiguous(), 29)`` stores it.
+    as ``torch_npu.npu_format_cast(weight_int8.t().contiguous(), 29)`` stores it (``reference.quant.fractal_nz`` of
+    weight_int8.t()). Not the NZ of the [K, N] tensor itself: its 16 x 32 fractals run along N, and putting them into
+    L0B would need an int8 transposing load that the twin does not model.
 
     weight_int8: Tensor[(K, N)], int8, any strides (logically [K, N], as ``ds::quant_matmul`` takes it).
     Returns Tensor[(K1, N1, 16, 32)], int8, contiguous, K1 = ceil(K / 32), N1 = ceil(N / 16):
@@ -297,11 +299,8 @@ def pack_quant_weight(weight_int8: torch.Tensor) -> torch.Tensor:
         got = (f"{weight_int8.dtype} of shape {list(weight_int8.shape)}" if isinstance(weight_int8, torch.Tensor)
                else type(weight_int8).__name__)
         raise ValueError(f"weight_int8 must be a 2-D int8 tensor [K, N], got {got}")
-    K, N = weight_int8.shape
-    K1, N1 = -(-K // 32), -(-N // 16)
-    wt = torch.zeros(N1 * 16, K1 * 32, dtype=torch.int8, device=weight_int8.device)
-    wt[:N, :K] = weight_int8.t()
-    return wt.reshape(N1, 16, K1, 32).permute(2, 0, 1, 3).contiguous()
+    from reference.quant import fractal_nz
+    return fractal_nz(weight_int8.t())
 
 
 def _check_packed(w_nz: torch.Tensor, K: int, N: int) -> None:

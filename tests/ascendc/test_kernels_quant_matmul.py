@@ -37,6 +37,7 @@ def test_pack_quant_weight_is_fractal_nz_of_the_nk_weight(K, N):
     full = torch.zeros(K1 * 32, N1 * 16, dtype=torch.int8)
     full[:K, :N] = w
     assert torch.equal(p.permute(0, 3, 1, 2).reshape(K1 * 32, N1 * 16), full)   # zero beyond K and N
+    assert torch.equal(R.fractal_nz_to_nd(p, N, K).t(), w)                      # round trip
 
 
 def test_pack_quant_weight_rejects_a_non_int8_weight():
