@@ -68,7 +68,8 @@ std::string QuantMatmulTilingCompute(const QuantMatmulArgs& a, QuantMatmulTiling
   t->vecBytes = t->accBytes;
   t->outBytes = AlignUp(t->chunk * DTypeBytes(a.outDtype), kBlockBytes);
   t->ubUsed = 2 * t->accBytes + (a.hasBias ? 2 : 1) * t->vecBytes + t->outBytes;
-  if (t->ubUsed > a.ubBytes) return "N (weight_int8.shape[1]) = " + Num(a.n) + ": the epilogue chunk does not fit the UB";
+  if (t->ubUsed > a.ubBytes)
+    return "N (weight_int8.shape[1]) = " + Num(a.n) + ": the epilogue chunk does not fit the UB";
   return "";
 }
 
