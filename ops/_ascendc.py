@@ -7,8 +7,9 @@ through a plain C ABI (ascendc/bindings/twin.cpp). Nothing here is required: wit
 the reference.
 
 Functions (same signatures and semantics as the ops in ops/quant.py and ops/moe_gating.py, whose argument checks run
-first): :func:`dynamic_quant`, :func:`rms_norm_dynamic_quant`, :func:`moe_gating_top_k`; :func:`modeled` gives the twin's
-modeled 910B time of one call; :func:`quant_tiling` / :func:`gating_tiling` expose the host tiling (tests).
+first): :func:`dynamic_quant`, :func:`rms_norm_dynamic_quant`, :func:`moe_gating_top_k`, :func:`quant_matmul`
+(with :func:`pack_quant_weight` and :func:`quant_matmul_packed`); :func:`modeled` gives the twin's modeled 910B time
+of one call; :func:`quant_tiling` / :func:`gating_tiling` / :func:`quant_matmul_tiling` expose the host tiling (tests).
 """
 from __future__ import annotations
 
@@ -21,10 +22,14 @@ import torch
 
 _ROOT = Path(__file__).resolve().parent.parent / "ascendc"
 _SOURCES = ("bindings/twin.cpp", "quant/quant_tiling.cpp", "quant/quant_kernels.cpp",
-            "moe_gating/moe_gating_tiling.cpp", "moe_gating/moe_gating_kernels.cpp")
+            "moe_gating/moe_gating_tiling.cpp", "moe_gating/moe_gating_kernels.cpp",
+            "quant_matmul/quant_matmul_tiling.cpp", "quant_matmul/quant_matmul_kernels.cpp")
 CORES_910B = 40
 """Vector cores of an Atlas A2 (910B3); the twin launches this many unless told otherwise."""
 UB_910B = 196608
+CUBE_CORES_910B = 20
+"""Cube (AIC) cores of an Atlas A2; quant_matmul's cube pass spreads its output tiles over this many."""
+L1_910B, L0A_910B, L0B_910B, L0C_910B = 524288, 65536, 65536, 131072
 _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 _PIPES = ("S", "V", "M", "MTE1", "MTE2", "MTE3", "FIX")
 _ERR_LEN = 1024
@@ -46,10 +51,13 @@ def _twin() -> ctypes.CDLL:
     lib.ds_quant_tiling.argtypes = [u32, u32, u32, u32, u32, u32, f32, u32, u32, u32, ctypes.POINTER(u32), err, u32]
     lib.ds_gating_tiling.argtypes = [u32, u32, u32, u32, u32, u32, u32, u32, u32, u32, f32, f32, u32, u32, u32,
                                      ctypes.POINTER(u32), err, u32]
+    lib.ds_twin_quant_matmul.argtypes = [p, p, p, p, p, p, u32, u32, u32, u32, u32, u32, rep, err, u32]
+    lib.ds_quant_matmul_tiling.argtypes = [u32] * 12 + [ctypes.POINTER(u32), err, u32]
     for f in (lib.ds_twin_dynamic_quant, lib.ds_twin_rms_norm_dynamic_quant, lib.ds_twin_moe_gating_top_k,
-              lib.ds_quant_tiling, lib.ds_gating_tiling):
+              lib.ds_quant_tiling, lib.ds_gating_tiling, lib.ds_twin_quant_matmul, lib.ds_quant_matmul_tiling):
         f.restype = ctypes.c_int
     lib.ds_quant_tiling_fields.restype = lib.ds_gating_tiling_fields.restype = ctypes.c_char_p
+    lib.ds_quant_matmul_tiling_fields.restype = ctypes.c_char_p
     return lib
 
 
@@ -113,6 +121,17 @@ def gating_tiling(rows: int, experts: int, k: int, *, k_group: int = 1, group_co
                    max_row_batch)
 
 
+def quant_matmul_tiling(M: int, N: int, K: int, *, out_dtype: torch.dtype = torch.bfloat16, bias: bool = False,
+                        cube_cores: int = CUBE_CORES_910B, vec_cores: int = CORES_910B, l1_bytes: int = L1_910B,
+                        l0a_bytes: int = L0A_910B, l0b_bytes: int = L0B_910B, l0c_bytes: int = L0C_910B,
+                        ub_bytes: int = UB_910B) -> dict:
+    """The host tiling of quant_matmul (QuantMatmulTiling of ascendc/common/tiling.h) for x [M, K] @ weight [K, N]
+    as a dict; ValueError with the tiling's reason (naming the argument) when it cannot be tiled."""
+    lib = _twin()
+    return _tiling(lib.ds_quant_matmul_tiling, lib.ds_quant_matmul_tiling_fields, M, N, K, _DTYPES[out_dtype],
+                   int(bias), cube_cores, vec_cores, l1_bytes, l0a_bytes, l0b_bytes, l0c_bytes, ub_bytes)
+
+
 def _tiling_reason(x: torch.Tensor, tile, *args, **kwargs) -> str | None:
     """The kernels' ``supports``: None if the host tiling takes the shape, else its reason, so that a shape the
     kernel cannot tile is BackendUnavailable when forced and a fallback under ``auto``, not an argument error. Asked
@@ -149,6 +168,14 @@ def supports_reason_moe_gating_top_k(x, k, *, bias=None, k_group=1, group_count=
                                               group_count=int(group_count), group_select_mode=int(group_select_mode),
                                               renorm=int(renorm), norm_type=int(norm_type), dtype=x.dtype,
                                               bias=bias is not None)
+
+
+def supports_reason_quant_matmul(x_int8, weight_int8, weight_scale, x_scale, *, bias=None,
+                                 out_dtype=torch.bfloat16) -> str | None:
+    """``supports`` of the quant_matmul kernel: the host tiling's reason (K > 65535, ...; nothing for M = 0)."""
+    M, K = x_int8.shape
+    return None if M == 0 else _tiling_reason(x_int8, quant_matmul_tiling, M, weight_int8.shape[1], K,
+                                              out_dtype=out_dtype, bias=bias is not None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -257,6 +284,72 @@ def moe_gating_top_k(x: torch.Tensor, k: int, *, bias: torch.Tensor | None = Non
                        eps, CORES_910B)[0]
 
 
+def pack_quant_weight(weight_int8: torch.Tensor) -> torch.Tensor:
+    """The int8 weight in the layout the quant_matmul kernel reads: FRACTAL_NZ of the [N, K] (Linear-layout) weight,
+    as ``torch_npu.npu_format_cast(weight_int8.t().contiguous(), 29)`` stores it (``reference.quant.fractal_nz`` of
+    weight_int8.t()). Not the NZ of the [K, N] tensor itself: its 16 x 32 fractals run along N, and putting them into
+    L0B would need an int8 transposing load that the twin does not model.
+
+    weight_int8: Tensor[(K, N)], int8, any strides (logically [K, N], as ``ds::quant_matmul`` takes it).
+    Returns Tensor[(K1, N1, 16, 32)], int8, contiguous, K1 = ceil(K / 32), N1 = ceil(N / 16):
+    ``packed[kb, nb, r, c] = weight_int8[32·kb + c, 16·nb + r]``, zero where that lies beyond K or N. Each
+    [16, 32] fractal is one L0B (ZN) fractal of the cube's B operand, so the kernel copies it without a transpose.
+    Call it once, at load time. Raises ValueError unless weight_int8 is a 2-D int8 tensor."""
+    if not (isinstance(weight_int8, torch.Tensor) and weight_int8.dtype == torch.int8 and weight_int8.dim() == 2):
+        got = (f"{weight_int8.dtype} of shape {list(weight_int8.shape)}" if isinstance(weight_int8, torch.Tensor)
+               else type(weight_int8).__name__)
+        raise ValueError(f"weight_int8 must be a 2-D int8 tensor [K, N], got {got}")
+    from reference.quant import fractal_nz
+    return fractal_nz(weight_int8.t())
+
+
+def _check_packed(w_nz: torch.Tensor, K: int, N: int) -> None:
+    want = [-(-K // 32), -(-N // 16), 16, 32]
+    if not isinstance(w_nz, torch.Tensor) or w_nz.dtype != torch.int8 or list(w_nz.shape) != want:
+        got = f"{w_nz.dtype} of shape {list(w_nz.shape)}" if isinstance(w_nz, torch.Tensor) else type(w_nz).__name__
+        hint = (" — an unpacked [K, N] weight: pack it once with ops._ascendc.pack_quant_weight"
+                if isinstance(w_nz, torch.Tensor) and w_nz.dim() == 2 else "")
+        raise ValueError(f"w_nz must be the packed int8 weight of shape {want} (FRACTAL_NZ, K = {K}, N = {N}), "
+                         f"got {got}{hint}")
+
+
+def _run_quant_matmul(x_int8, w_nz, weight_scale, x_scale, bias, out_dtype, cores, cube_cores=CUBE_CORES_910B):
+    M, K = x_int8.shape
+    N = weight_scale.shape[0]
+    _check_packed(w_nz, K, N)
+    out = _poisoned((M, N), out_dtype)
+    x2, w2 = x_int8.detach().contiguous(), w_nz.detach().contiguous()
+    ws, xs, b = _vec(weight_scale), _vec(x_scale), _vec(bias)
+    rep = None
+    if M:
+        rep = _call(_twin().ds_twin_quant_matmul, x2.data_ptr(), w2.data_ptr(), ws.data_ptr(), xs.data_ptr(),
+                    _ptr(b), out.data_ptr(), M, N, K, _DTYPES[out_dtype], cube_cores, cores)
+    return out, rep
+
+
+def quant_matmul_packed(x_int8: torch.Tensor, w_nz: torch.Tensor, weight_scale: torch.Tensor, x_scale: torch.Tensor,
+                        *, bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """quant_matmul on an already packed weight (CPU tensors, through the twin): x_int8 [M, K] int8, w_nz
+    :func:`pack_quant_weight`'s [ceil(K/32), ceil(N/16), 16, 32] int8, weight_scale [N] fp32 (gives N), x_scale [M]
+    fp32, bias [N] float or None → out [M, N] out_dtype, with reference/quant.py's semantics. Raises ValueError when
+    w_nz is not the packed shape (an unpacked [K, N] weight is named as such) or the tiling refuses the shape."""
+    return _run_quant_matmul(x_int8, w_nz, weight_scale, x_scale, bias, out_dtype, CORES_910B)[0]
+
+
+def quant_matmul(x_int8: torch.Tensor, weight_int8: torch.Tensor, weight_scale: torch.Tensor, x_scale: torch.Tensor,
+                 *, bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """``ds::quant_matmul`` (reference/quant.py: x_int8 [M, K], weight_int8 [K, N] int8, weight_scale [N] and
+    x_scale [M] fp32, bias [N] or None → [M, N] out_dtype) as the Ascend C kernel ascendc/quant_matmul/. The op's
+    schema takes the [K, N] weight every backend shares, so on CPU tensors the twin packs it here on each call (a
+    convenience of the twin; on an NPU pack once with :func:`pack_quant_weight` and call the packed entry). Raises
+    as :func:`quant_matmul_packed`."""
+    if x_int8.device.type == "npu":  # pragma: no cover - needs an Ascend NPU
+        return torch.ops.ds_ascendc.quant_matmul(x_int8, pack_quant_weight(weight_int8), weight_scale, x_scale, bias,
+                                                 out_dtype)
+    return quant_matmul_packed(x_int8, pack_quant_weight(weight_int8), weight_scale, x_scale, bias=bias,
+                               out_dtype=out_dtype)
+
+
 # ----------------------------------------------------------------------------------------------
 # modeled 910B time (the perf report)
 # ----------------------------------------------------------------------------------------------
@@ -267,6 +360,8 @@ _RUNNERS = {
     "moe_gating_top_k": lambda i, c: _run_gating(
         i["x"], i["k"], i.get("bias"), i.get("k_group", 1), i.get("group_count", 1), i.get("group_select_mode", 0),
         i.get("renorm", 0), i.get("norm_type", 0), i.get("routed_scaling_factor", 1.0), i.get("eps", 1e-20), c),
+    "quant_matmul": lambda i, c: _run_quant_matmul(i["x_int8"], pack_quant_weight(i["weight_int8"]), i["weight_scale"],
+                                                   i["x_scale"], i.get("bias"), i.get("out_dtype", torch.bfloat16), c),
 }
 
 

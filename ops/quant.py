@@ -282,5 +282,7 @@ SPEC_QUANT_MATMUL = OpSpec(
 quant_matmul = DsOp(
     "quant_matmul", _ref.quant_matmul, fake=_fake_quant_matmul, check=_check_quant_matmul, spec=SPEC_QUANT_MATMUL,
     kernels=[Kernel("triton", "ops.triton.quant", "quant_matmul", ("cuda", "cpu", "npu"),
-                    supports=_lazy_supports("ops.triton.quant", "quant_matmul"))],
+                    supports=_lazy_supports("ops.triton.quant", "quant_matmul")),
+             Kernel("ascendc", "ops._ascendc", "quant_matmul", ("npu", "cpu"),
+                    supports=_lazy_supports("ops._ascendc", "quant_matmul"))],
     flop_formula=lambda *a, out_val=None, **kw: flops_quant_matmul(**_bind(_ref.quant_matmul, a, kw)))

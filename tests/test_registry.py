@@ -205,10 +205,10 @@ def test_backend_switch_context_env_and_errors(monkeypatch, gen):
 
 
 def test_explicit_backend_that_cannot_run_raises_with_reason(gen):
-    inputs = _inputs("quant_matmul", gen)   # an op with no Ascend C kernel (yet)
-    args, kwargs = _split("quant_matmul", inputs)
+    inputs = _inputs("mla_prolog", gen)   # an op with no Ascend C kernel
+    args, kwargs = _split("mla_prolog", inputs)
     with ops.backend("ascendc"), pytest.raises(BackendUnavailable, match="ascendc.*(torch_npu|not built|no ascendc)"):
-        torch.ops.ds.quant_matmul(*args, **kwargs)
+        torch.ops.ds.mla_prolog(*args, **kwargs)
 
 
 def test_auto_falls_back_to_reference_when_no_kernel_can_run(gen, monkeypatch):

@@ -10,6 +10,7 @@
 
 #include "../moe_gating/moe_gating_tiling.h"
 #include "../quant/quant_tiling.h"
+#include "../quant_matmul/quant_matmul_tiling.h"
 
 extern "C" __global__ __aicore__ void ds_dynamic_quant(GM_ADDR x, GM_ADDR smooth, GM_ADDR y, GM_ADDR scale,
                                                        GM_ADDR tiling);
@@ -18,6 +19,9 @@ extern "C" __global__ __aicore__ void ds_rms_norm_dynamic_quant(GM_ADDR x, GM_AD
                                                                 GM_ADDR residual_out, GM_ADDR tiling);
 extern "C" __global__ __aicore__ void ds_moe_gating_top_k(GM_ADDR x, GM_ADDR bias, GM_ADDR y, GM_ADDR expert_idx,
                                                           GM_ADDR norm_out, GM_ADDR tiling);
+extern "C" __global__ __aicore__ void ds_quant_matmul(GM_ADDR x, GM_ADDR w_nz, GM_ADDR acc, GM_ADDR tiling);
+extern "C" __global__ __aicore__ void ds_quant_matmul_epilogue(GM_ADDR acc, GM_ADDR w_scale, GM_ADDR x_scale,
+                                                               GM_ADDR bias, GM_ADDR out, GM_ADDR tiling);
 
 // kernel<<<blockDim, l2ctrl, stream>>>(args...): the Ascend C kernel-launch syntax. The syntax check of this file
 // without CANN (check_npu_syntax.sh, DS_NPU_SYNTAX_CHECK) calls the kernel as a plain function instead.
@@ -128,6 +132,38 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> MoeGatingTopK(const at::Tensor& x
   return {y, idx, norm};
 }
 
+// x [M, K] int8, w_nz the packed weight [ceil(K/32), ceil(N/16), 16, 32] int8 (ops._ascendc.pack_quant_weight),
+// scales fp32 [N] / [M], bias [N] or none -> out [M, N] of out_dtype. The cube pass writes an int32 workspace that
+// the vector epilogue (launched next on the same stream) reads.
+at::Tensor QuantMatmul(const at::Tensor& x_, const at::Tensor& w_nz, const at::Tensor& w_scale,
+                       const at::Tensor& x_scale, const c10::optional<at::Tensor>& bias_, at::ScalarType out_dtype) {
+  auto x = x_.contiguous();
+  auto w = w_nz.contiguous();
+  auto ws = w_scale.to(at::kFloat).contiguous();
+  auto xs = x_scale.to(at::kFloat).contiguous();
+  auto bias = Fp32(bias_);
+  const int64_t M = x.size(0), K = x.size(1), N = ws.size(0);
+  TORCH_CHECK(w.dim() == 4 && w.size(0) == (K + 31) / 32 && w.size(1) == (N + 15) / 16 && w.size(2) == 16 &&
+                  w.size(3) == 32,
+              "w_nz must be the packed int8 weight [ceil(K/32), ceil(N/16), 16, 32] (K = ", K, ", N = ", N,
+              "), got ", w.sizes(), ": pack it once with ops._ascendc.pack_quant_weight");
+  auto out = at::empty({M, N}, x.options().dtype(out_dtype));
+  ds::QuantMatmulTiling t;
+  const std::string e = ds::QuantMatmulTilingCompute(
+      {static_cast<uint32_t>(M), static_cast<uint32_t>(N), static_cast<uint32_t>(K), DType(out), bias.has_value(),
+       ds::kCubeCores910B, CoreNum(), ds::kL1Bytes910B, ds::kL0ABytes910B, ds::kL0BBytes910B, ds::kL0CBytes910B,
+       ds::kUbBytes910B}, &t);
+  TORCH_CHECK(e.empty(), e);
+  if (M == 0) return out;
+  auto acc = at::zeros({M, N}, x.options().dtype(at::kInt));
+  auto tt = TilingTensor(t, x);
+  auto stream = c10_npu::getCurrentNPUStream().stream();
+  if (t.usedCubeCores) DS_LAUNCH(ds_quant_matmul, t.usedCubeCores, stream, Ptr(x), Ptr(w), Ptr(acc), Ptr(tt));
+  DS_LAUNCH(ds_quant_matmul_epilogue, t.usedVecCores, stream, Ptr(acc), Ptr(ws), Ptr(xs), Ptr(bias), Ptr(out),
+            Ptr(tt));
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(ds_ascendc, m) {
@@ -136,10 +172,13 @@ TORCH_LIBRARY(ds_ascendc, m) {
         " -> (Tensor, Tensor, Tensor)");
   m.def("moe_gating_top_k(Tensor x, int k, Tensor? bias, int k_group, int group_count, int group_select_mode,"
         " int renorm, int norm_type, float routed_scaling_factor, float eps) -> (Tensor, Tensor, Tensor)");
+  m.def("quant_matmul(Tensor x_int8, Tensor w_nz, Tensor weight_scale, Tensor x_scale, Tensor? bias,"
+        " ScalarType out_dtype) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(ds_ascendc, PrivateUse1, m) {
   m.impl("dynamic_quant", &DynamicQuant);
   m.impl("rms_norm_dynamic_quant", &RmsNormDynamicQuant);
   m.impl("moe_gating_top_k", &MoeGatingTopK);
+  m.impl("quant_matmul", &QuantMatmul);
 }

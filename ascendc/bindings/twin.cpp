@@ -7,16 +7,21 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernel_operator.h"
 #include "../moe_gating/moe_gating_tiling.h"
 #include "../quant/quant_tiling.h"
+#include "../quant_matmul/quant_matmul_tiling.h"
 
 extern "C" {
 void ds_dynamic_quant(GM_ADDR x, GM_ADDR smooth, GM_ADDR y, GM_ADDR scale, GM_ADDR tiling);
 void ds_rms_norm_dynamic_quant(GM_ADDR x, GM_ADDR residual, GM_ADDR gamma, GM_ADDR smooth, GM_ADDR y,
                                GM_ADDR scale, GM_ADDR residual_out, GM_ADDR tiling);
 void ds_moe_gating_top_k(GM_ADDR x, GM_ADDR bias, GM_ADDR y, GM_ADDR expert_idx, GM_ADDR norm_out, GM_ADDR tiling);
+void ds_quant_matmul(GM_ADDR x, GM_ADDR w_nz, GM_ADDR acc, GM_ADDR tiling);
+void ds_quant_matmul_epilogue(GM_ADDR acc, GM_ADDR w_scale, GM_ADDR x_scale, GM_ADDR bias, GM_ADDR out,
+                              GM_ADDR tiling);
 }
 
 namespace {
@@ -51,6 +56,12 @@ const char* ds_gating_tiling_fields() {
          "usedCores,rowsPerCore,bigCores,bufferNum,rowBatch,ePad,inBytes,normBytes,scoreBytes,biasBytes,reduceBytes,"
          "wBytes,yBytes,idxBytes,ubUsed";
 }
+const char* ds_quant_matmul_tiling_fields() {
+  return "m,n,k,outDtype,hasBias,kBlocks,nBlocks,baseM,baseN,baseK,mTiles,nTiles,kTiles,tailK,tiles,usedCubeCores,"
+         "tilesPerCore,l1ABytes,l1BBytes,l0ABytes,l0BBytes,l0CBytes,usedVecCores,rowsPerCore,bigCores,chunk,numChunks,"
+         "tailChunk,accBytes,vecBytes,outBytes,ubUsed";
+}
+static_assert(sizeof(ds::QuantMatmulTiling) == 32 * 4, "ds_quant_matmul_tiling_fields lists every field");
 static_assert(sizeof(ds::QuantTiling) == 26 * 4, "ds_quant_tiling_fields lists every QuantTiling field");
 static_assert(sizeof(ds::GatingTiling) == 27 * 4, "ds_gating_tiling_fields lists every GatingTiling field");
 
@@ -139,6 +150,56 @@ int ds_twin_moe_gating_top_k(const void* x, const float* bias, void* y, int32_t*
   GM_ADDR gt = TilingArg(l, t);
   l.run([&] { ds_moe_gating_top_k(gx, gb, gy, gi, gn, gt); });
   return Finish(l, rep, err, len);
+}
+
+int ds_quant_matmul_tiling(uint32_t m, uint32_t n, uint32_t k, uint32_t outDtype, uint32_t bias, uint32_t cubeCores,
+                           uint32_t vecCores, uint32_t l1, uint32_t l0a, uint32_t l0b, uint32_t l0c, uint32_t ub,
+                           uint32_t* out, char* err, uint32_t len) {
+  ds::QuantMatmulTiling t;
+  const std::string e = ds::QuantMatmulTilingCompute(
+      {m, n, k, outDtype, bias != 0, cubeCores, vecCores, l1, l0a, l0b, l0c, ub}, &t);
+  if (!e.empty()) return Fail(err, len, e, 1);
+  std::memcpy(out, &t, sizeof(t));
+  return 0;
+}
+
+// x [M, K] int8; wNz the packed weight [ceil(K/32), ceil(N/16), 16, 32] int8; scales fp32; bias fp32 or null;
+// out [M, N] of outDtype. Two launches: the cube pass into an int32 workspace, then the vector epilogue; the
+// report is their sum (times and busy pipes add: the launches run one after the other).
+int ds_twin_quant_matmul(const int8_t* x, const int8_t* wNz, const float* wScale, const float* xScale,
+                         const float* bias, void* out, uint32_t m, uint32_t n, uint32_t k, uint32_t outDtype,
+                         uint32_t cubeCores, uint32_t vecCores, TwinReportC* rep, char* err, uint32_t len) {
+  ds::QuantMatmulTiling t;
+  const std::string e = ds::QuantMatmulTilingCompute(
+      {m, n, k, outDtype, bias != nullptr, cubeCores, vecCores, ds::kL1Bytes910B, ds::kL0ABytes910B,
+       ds::kL0BBytes910B, ds::kL0CBytes910B, ds::kUbBytes910B}, &t);
+  if (!e.empty()) return Fail(err, len, e, 1);
+  if (m == 0) return 0;
+  std::vector<int32_t> acc(size_t(m) * n, 0);  // K = 0 (no cube pass): the accumulator is 0
+  twin::TwinReportC cube{};
+  if (t.usedCubeCores) {
+    twin::Launch l(t.usedCubeCores, twin::CoreKind::AIC);
+    GM_ADDR gx = l.gm_input(x, size_t(m) * k, "x_int8");
+    GM_ADDR gw = l.gm_input(wNz, size_t(t.kBlocks) * t.nBlocks * 512, "weight_nz");
+    GM_ADDR ga = l.gm_output(acc.data(), acc.size() * 4, "acc");
+    GM_ADDR gt = TilingArg(l, t);
+    l.run([&] { ds_quant_matmul(gx, gw, ga, gt); });
+    if (int rc = Finish(l, &cube, err, len)) { *rep = cube; return rc; }
+  }
+  twin::Launch l(t.usedVecCores);
+  GM_ADDR ga = l.gm_input(acc.data(), acc.size() * 4, "acc");
+  GM_ADDR gws = l.gm_input(wScale, n * 4ull, "weight_scale");
+  GM_ADDR gxs = l.gm_input(xScale, m * 4ull, "x_scale");
+  GM_ADDR gb = bias ? l.gm_input(bias, n * 4ull, "bias") : nullptr;
+  GM_ADDR go = l.gm_output(out, size_t(m) * n * ds::DTypeBytes(outDtype), "out");
+  GM_ADDR gt = TilingArg(l, t);
+  l.run([&] { ds_quant_matmul_epilogue(ga, gws, gxs, gb, go, gt); });
+  const int rc = Finish(l, rep, err, len);
+  rep->modeled_ns += cube.modeled_ns;
+  for (int p = 0; p < twin::NPI; ++p) rep->pipe_busy_ns[p] += cube.pipe_busy_ns[p];
+  rep->mte2_bytes += cube.mte2_bytes;
+  rep->calls += cube.calls;
+  return rc;
 }
 
 }  // extern "C"

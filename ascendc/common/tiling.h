@@ -80,6 +80,29 @@ struct GatingTiling {
   uint32_t ubUsed;
 };
 
+// quant_matmul (W8A8): the cube pass tiles out [M, N] into baseM x baseN tiles, tile t = mt * nTiles + nt, spread
+// round-robin over the cube cores (core c takes t = c, c + usedCubeCores, ...); each tile sums kTiles steps of baseK
+// (the last holds tailK). The epilogue pass splits the M rows over the vector cores and walks N in chunks.
+struct QuantMatmulTiling {
+  uint32_t m, n, k;       // x_int8 [M, K], weight [K, N]
+  uint32_t outDtype;      // DType of out
+  uint32_t hasBias;       // bias given (fp32, prepared by the binding)
+  uint32_t kBlocks;       // ceil(K / 32): the packed weight's K1 (32-column int8 fractals)
+  uint32_t nBlocks;       // ceil(N / 16): the packed weight's N1 (16-row fractals of the [N, K] image)
+  uint32_t baseM, baseN, baseK;   // tile sizes: multiples of 16, 16, 32
+  uint32_t mTiles, nTiles, kTiles, tailK;
+  uint32_t tiles;         // mTiles * nTiles
+  uint32_t usedCubeCores; // cube blockDim (<= the cube cores)
+  uint32_t tilesPerCore;  // ceil(tiles / usedCubeCores): the most tiles one cube core takes
+  // cube InitBuffer lengths in bytes
+  uint32_t l1ABytes, l1BBytes, l0ABytes, l0BBytes, l0CBytes;
+  // epilogue (vector cores)
+  uint32_t usedVecCores, rowsPerCore, bigCores;
+  uint32_t chunk, numChunks, tailChunk;   // columns per UB chunk (a multiple of 64 unless all of N)
+  uint32_t accBytes, vecBytes, outBytes;  // int32 acc / fp32 work, fp32 scale & bias chunks, out chunk
+  uint32_t ubUsed;
+};
+
 inline uint32_t AlignUp(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 inline uint32_t CeilDiv(uint32_t v, uint32_t a) { return (v + a - 1) / a; }
 // fp32 workLocal elements of ReduceMax / ReduceSum over `count` elements (the ReduceMax page's minimum work space:

@@ -184,4 +184,4 @@ def test_modeled_reports_a_labelled_modeled_time(gen):
     assert m["label"] == "modeled 910B" and m["time_us"] > 0
     assert m["bound"] == max(m["pipes"], key=m["pipes"].get) and {"V", "MTE2", "MTE3"} <= set(m["pipes"])
     with pytest.raises(KeyError, match="no Ascend C kernel"):
-        ops._ascendc.modeled("quant_matmul", {})
+        ops._ascendc.modeled("amla", {})
