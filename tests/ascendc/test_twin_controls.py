@@ -2,10 +2,9 @@
 
 The kernels are in controls/controls.cpp (same order as CONTROLS below); README.md lists the rules.
 """
-import ctypes
 
 import pytest
-from tests.ascendc.twin_fixtures import report, twin_lib  # noqa: F401 (fixtures)
+from tests.ascendc.twin_fixtures import assert_breaks, assert_fixed_passes, report, twin_lib  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.ascendc
 
@@ -78,17 +77,9 @@ def test_every_control_is_listed(twin_lib):
 @pytest.mark.parametrize("index", range(len(CONTROLS)), ids=[c[0] for c in CONTROLS])
 def test_control_breaks_the_rule(twin_lib, report, index):
     _, rule, text = CONTROLS[index]
-    assert twin_lib.twin_control(index, 0, ctypes.byref(report)) == 0
-    assert not report.ok
-    assert report.rule == rule, report.message
-    assert report.message.startswith(f"[{rule}] ")
-    assert text in report.message, report.message
-    with pytest.raises(RuntimeError, match="Ascend C twin violation"):
-        report.raise_if_violation()
+    assert_breaks(lambda fixed, rep: twin_lib.twin_control(index, fixed, rep), report, rule, text)
 
 
 @pytest.mark.parametrize("index", range(len(CONTROLS)), ids=[c[0] for c in CONTROLS])
 def test_fixed_control_passes(twin_lib, report, index):
-    assert twin_lib.twin_control(index, 1, ctypes.byref(report)) == 0
-    assert report.ok, report.message
-    assert report.message == "" and report.modeled_ns > 0
+    assert_fixed_passes(lambda fixed, rep: twin_lib.twin_control(index, fixed, rep), report)

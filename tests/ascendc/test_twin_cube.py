@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ops import _ascendc_build
-from tests.ascendc.twin_fixtures import report  # noqa: F401 (fixture)
+from tests.ascendc.twin_fixtures import assert_breaks, assert_fixed_passes, report  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.ascendc
 
@@ -78,18 +78,12 @@ def test_every_cube_control_is_listed(cube_lib):
 @pytest.mark.parametrize("index", range(len(CONTROLS)), ids=[c[0] for c in CONTROLS])
 def test_cube_control_breaks_the_rule(cube_lib, report, index):
     _, rule, text = CONTROLS[index]
-    assert cube_lib.twin_cube_control(index, 0, ctypes.byref(report)) == 0
-    assert not report.ok
-    assert report.rule == rule, report.message
-    assert report.message.startswith(f"[{rule}] ")
-    assert text in report.message, report.message
+    assert_breaks(lambda fixed, rep: cube_lib.twin_cube_control(index, fixed, rep), report, rule, text)
 
 
 @pytest.mark.parametrize("index", range(len(CONTROLS)), ids=[c[0] for c in CONTROLS])
 def test_fixed_cube_control_passes(cube_lib, report, index):
-    assert cube_lib.twin_cube_control(index, 1, ctypes.byref(report)) == 0
-    assert report.ok, report.message
-    assert report.modeled_ns > 0
+    assert_fixed_passes(lambda fixed, rep: cube_lib.twin_cube_control(index, fixed, rep), report)
 
 
 NOQUANT, F322F16, F322BF16, DEQF16, VDEQF16, QS322BF16_PRE, VQS322BF16_PRE = 0, 1, 2, 3, 4, 9, 10
