@@ -119,5 +119,12 @@ inline uint32_t ReduceWorkElems(uint32_t count, bool calIndex) {
   return need < 8 ? 8 : need;
 }
 inline uint32_t DTypeBytes(uint32_t dt) { return dt == kFloat32 ? 4u : 2u; }
+// `rows` spread over at most `cores` cores as evenly as possible: the first `big` cores take `per` + 1 rows, the
+// others `per` (the kernels' CoreRows reads it back); 0 rows use no core.
+inline void SplitRows(uint32_t rows, uint32_t cores, uint32_t* used, uint32_t* per, uint32_t* big) {
+  *used = rows < cores ? rows : cores;
+  *per = *used ? rows / *used : 0;
+  *big = *used ? rows % *used : 0;
+}
 
 }  // namespace ds

@@ -52,9 +52,7 @@ std::string GatingTilingCompute(const GatingArgs& a, GatingTiling* t) {
   t->dtype = a.dtype;
   std::memcpy(&t->scaleBits, &a.routedScalingFactor, 4);
   std::memcpy(&t->epsBits, &a.eps, 4);
-  t->usedCores = a.rows < a.coreNum ? a.rows : a.coreNum;
-  t->rowsPerCore = t->usedCores ? a.rows / t->usedCores : 0;
-  t->bigCores = t->usedCores ? a.rows % t->usedCores : 0;
+  SplitRows(a.rows, a.coreNum, &t->usedCores, &t->rowsPerCore, &t->bigCores);
   t->bufferNum = 2;
   t->ePad = AlignUp(a.experts, 64);
   const uint32_t most = t->rowsPerCore + (t->bigCores ? 1 : 0);

@@ -60,9 +60,7 @@ std::string QuantTilingCompute(const QuantArgs& a, QuantTiling* t) {
   t->hasSmooth = a.hasSmooth;
   t->hasResidual = a.hasResidual;
   std::memcpy(&t->epsilonBits, &a.epsilon, 4);
-  t->usedCores = a.rows < a.coreNum ? a.rows : a.coreNum;
-  t->rowsPerCore = t->usedCores ? a.rows / t->usedCores : 0;
-  t->bigCores = t->usedCores ? a.rows % t->usedCores : 0;
+  SplitRows(a.rows, a.coreNum, &t->usedCores, &t->rowsPerCore, &t->bigCores);
   t->bufferNum = 2;
   t->gmAligned = a.cols % kBlockBytes == 0;   // every x, residual and int8 row then starts on a 32 B boundary
   const uint32_t most = t->rowsPerCore + (t->bigCores ? 1 : 0);

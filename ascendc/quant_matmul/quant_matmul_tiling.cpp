@@ -56,9 +56,7 @@ std::string QuantMatmulTilingCompute(const QuantMatmulArgs& a, QuantMatmulTiling
   t->l1ABytes = bm * bk; t->l1BBytes = bk * bn;
   t->l0ABytes = bm * bk; t->l0BBytes = bk * bn; t->l0CBytes = bm * bn * 4;
 
-  t->usedVecCores = std::min(a.vecCores, a.m);
-  t->rowsPerCore = a.m / t->usedVecCores;
-  t->bigCores = a.m % t->usedVecCores;
+  SplitRows(a.m, a.vecCores, &t->usedVecCores, &t->rowsPerCore, &t->bigCores);
   uint32_t maxChunk = std::min(kMaxChunk, a.ubBytes / kEpilogueBytesPerElem / 64 * 64);
   if (maxChunk == 0) return "UB of " + Num(a.ubBytes) + " B cannot hold one 64-column epilogue chunk";
   t->chunk = a.n <= maxChunk ? a.n : maxChunk;
