@@ -224,14 +224,24 @@ struct Core {
     void check_abort() { if (launch && launch->abort.load(std::memory_order_relaxed)) throw Aborted{}; }
 
     // ---- issue + timing -------------------------------------------------------------------------------
-    // Records one API call on pipe p with modeled duration dur_ns; returns its call index.
-    uint32_t issue(const char* name, Pi p, double dur_ns) {
-        check_abort();
+    // One API call leaves the scalar unit: counted, and the issue clock moves on; returns when it was issued.
+    double issue_slot() {
         cnt.calls++;
+        double t = t_s;
+        t_s += model::cycles_to_ns(model::ISSUE_CYCLES);
+        return t;
+    }
+    // A call on pipe p: the launch may have been aborted by another core; the call is numbered on its pipe and
+    // remembered (hazard messages name it); returns its issue time.
+    double record_call(const char* name, Pi p) {
+        check_abort();
         seq[p]++;
         calls.push_back({name, uint8_t(p)});
-        double issue_t = t_s;
-        t_s += model::cycles_to_ns(model::ISSUE_CYCLES);
+        return issue_slot();
+    }
+    // Records one API call on pipe p with modeled duration dur_ns; returns its call index.
+    uint32_t issue(const char* name, Pi p, double dur_ns) {
+        double issue_t = record_call(name, p);
         if (p == P_S) {
             double start = std::max(t_s, ready_t[P_S]);
             t_s = start + dur_ns;
@@ -246,12 +256,7 @@ struct Core {
     // A DMA of `bytes` on an MTE pipe: it streams at the per-core MTE rate, through this core's share of HBM
     // (HBM bandwidth / active cores, shared by MTE2, MTE3 and FIX), and completes a fixed latency after it streams.
     uint32_t issue_dma(const char* name, Pi p, uint64_t bytes) {
-        check_abort();
-        cnt.calls++;
-        seq[p]++;
-        calls.push_back({name, uint8_t(p)});
-        double issue_t = t_s;
-        t_s += model::cycles_to_ns(model::ISSUE_CYCLES);
+        double issue_t = record_call(name, p);
         double active = launch ? launch->active_cores() : 1;
         double stream = double(bytes) / (model::MTE_BYTES_PER_CYCLE * model::CLOCK_GHZ);
         double share = double(bytes) / (model::HBM_BYTES_PER_NS / active);

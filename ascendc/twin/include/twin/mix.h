@@ -37,8 +37,7 @@ inline void set_flag(int mode, Pi pipe, uint16_t id) {
         from = c.aic ? aic : aiv;
         to = c.aic ? aiv : aic;
     }
-    c.cnt.calls++;
-    c.t_s += model::cycles_to_ns(model::ISSUE_CYCLES);
+    c.issue_slot();
     double t = pipe == P_S ? c.t_s : std::max(c.complete(pipe), c.t_s);
     uint64_t key = uint64_t(mode) | uint64_t(from[0]) << 8 | uint64_t(c.aic) << 40 | uint64_t(id) << 48;
     std::lock_guard<std::mutex> g(L.mu);
@@ -70,8 +69,7 @@ inline void wait_flag(Pi pipe, uint16_t id) {
         c.fail("cross-core-flag", call, "flagId " + std::to_string(id) + " outside [0, " +
                std::to_string(CROSS_FLAG_IDS - 1) + "] (Atlas A2)");
     LaunchState& L = *c.launch;
-    c.cnt.calls++;
-    c.t_s += model::cycles_to_ns(model::ISSUE_CYCLES);
+    c.issue_slot();
     std::unique_lock<std::mutex> g(L.mu);
     auto& pend = L.xrecv[c.idx][id];
     while (pend.empty()) {

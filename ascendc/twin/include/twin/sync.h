@@ -14,8 +14,7 @@ template <HardEvent evt> inline void SetFlag(int32_t id) {
     if (id < 0 || id >= int32_t(twin::model::MAX_EVENT_ID))
         c.fail("event-id", "SetFlag<HardEvent::" + twin::event_name(evt) + ">", "event id " + std::to_string(id) +
                " outside [0, " + std::to_string(twin::model::MAX_EVENT_ID) + ")");
-    c.cnt.calls++;
-    c.t_s += twin::model::cycles_to_ns(twin::model::ISSUE_CYCLES);
+    c.issue_slot();
     c.flags[int(evt)][id].push_back(c.snapshot(s));
 }
 // WaitFlag<evt>(id): the dst pipe waits for the matching SetFlag (none pending = a hang on hardware: error).
@@ -31,8 +30,7 @@ template <HardEvent evt> inline void WaitFlag(int32_t id) {
     if (q.empty())
         c.fail("flag-unmatched", call, "event id " + std::to_string(id) +
                " was never set (no SetFlag before this WaitFlag: the pipe would wait forever)");
-    c.cnt.calls++;
-    c.t_s += twin::model::cycles_to_ns(twin::model::ISSUE_CYCLES);
+    c.issue_slot();
     c.merge(d, q.front());
     q.erase(q.begin());
 }
@@ -41,8 +39,7 @@ template <pipe_t pipe> inline void PipeBarrier() {
     Core& c = core();
     c.check_abort();
     static_assert(pipe != PIPE_S, "PipeBarrier<PIPE_S> is a hardware error (PipeBarrier page)");
-    c.cnt.calls++;
-    c.t_s += twin::model::cycles_to_ns(twin::model::ISSUE_CYCLES);
+    c.issue_slot();
     if (pipe == PIPE_ALL) { c.barrier_all(); return; }
     twin::Pi p = twin::pi_of(pipe);
     c.vc[p][p] = c.seq[p];
