@@ -283,3 +283,13 @@ def next_power_of_2(n: int) -> int:
 def sm_count(index: int) -> int:
     """Streaming multiprocessors of CUDA device ``index`` (queried once)."""
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def device_cores(device: torch.device, configured: int = 0, default: int = 20) -> int:
+    """The cores a launch spreads over: ``configured`` (a table's ``cores``) when > 0, else the SM count of a CUDA
+    ``device`` (its current device when it has no index), else ``default``."""
+    if configured > 0:
+        return configured
+    if device.type == "cuda":
+        return sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return default

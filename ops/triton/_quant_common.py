@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import backend_key as _backend_key, cdiv as _cdiv, load_configs, select, sm_count as _sm_count
+from ._common import backend_key as _backend_key, cdiv as _cdiv, load_configs, select, device_cores
 
 
 def not_pow2_int(v) -> bool:
@@ -46,12 +46,7 @@ def tables() -> dict:
 
 def split_target(cfg: dict, device: torch.device) -> int:
     """Work items split_k "auto" aims at: the section's split_target, else the CUDA SM count, else 20."""
-    t = int(cfg.get("split_target", 0))
-    if t > 0:
-        return t
-    if device.type == "cuda":
-        return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    return 20
+    return device_cores(device, int(cfg.get("split_target", 0)))
 
 
 # ----------------------------------------------------------------------------------------------

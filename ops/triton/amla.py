@@ -77,7 +77,7 @@ import triton
 import triton.language as tl
 
 from .._library import batch_invariant_enabled
-from ._common import load_configs as _load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner
+from ._common import device_cores, load_configs as _load_configs, next_power_of_2 as _np2, unit_inner as _unit_inner
 
 __all__ = ["amla", "amla_variant", "supports_reason", "ascend_compile_cases", "compile_cases", "load_configs",
            "section", "bucket_rows", "tile_for", "launch_plan", "launch_plan_for", "output_allocator", "pow2_rescale",
@@ -628,13 +628,6 @@ def invariant_chunk_len(L: int, rows: int, policy: str = BATCH_INVARIANT_POLICY)
     return max(base, -(-(-(-L // cap)) // INVARIANT_CHUNK_UNIT) * INVARIANT_CHUNK_UNIT)
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_type: str, index: int) -> int:
-    if device_type == "cuda":
-        return torch.cuda.get_device_properties(index).multi_processor_count
-    return 1
-
-
 def launch_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, config: dict | None = None,
                 num_splits: int | None = None, page: int | None = None, invariant: str | None = None) -> dict:
     """The launch parameters the launcher picks for a problem (shapes only, no tensor data).
@@ -670,10 +663,7 @@ def _plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device, num_spl
     the invariant policy, the config section (``_backend_key(device)``) and the resolved core count (the
     section's, else the CUDA device's SM count). Shared: never modify the result."""
     key = _backend_key(device)
-    cores = load_configs()[key]["fwd"]["cores"]
-    if not cores:
-        cores = _sm_count("cuda", torch.cuda.current_device() if device.index is None else device.index) \
-            if device.type == "cuda" else 1
+    cores = device_cores(device, load_configs()[key]["fwd"]["cores"], default=1)
     return _cached_plan(B, S_q, N, max_keys, key, cores, num_splits, page, invariant)
 
 
@@ -707,10 +697,7 @@ def _make_plan(B: int, S_q: int, N: int, max_keys: int, device: torch.device | N
             tile["BLOCK_N"] = bn
         else:
             flat = False
-    cores = sect["cores"]
-    if not cores:
-        cores = _sm_count("cuda", torch.cuda.current_device() if device.index is None else device.index) \
-            if device.type == "cuda" else 1
+    cores = device_cores(device, sect["cores"], default=1)
     num_m = max(1, -(-rows // tile["BLOCK_M"]))
     programs = B * num_m
     target = cores * tile["programs_per_core"]

@@ -71,7 +71,7 @@ import triton.language as tl
 
 from . import quant as _quant
 from ._common import (backend_key as _backend_key, bounds, cdiv as _cdiv, load_configs, next_power_of_2 as _np2,
-                      resolve, select, sm_count as _sm_count, unit_inner as _unit_inner)
+                      resolve, select, device_cores, unit_inner as _unit_inner)
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -81,12 +81,7 @@ def _all_configs() -> dict:
 
 
 def _cores(cfg: dict, device: torch.device) -> int:
-    c = int(cfg.get("cores", 0))
-    if c > 0:
-        return c
-    if device.type == "cuda":
-        return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    return 20
+    return device_cores(device, int(cfg.get("cores", 0)))
 
 
 def _grid(n_items: int, cap: int) -> int:

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import cdiv as _cdiv, sm_count as _sm_count
+from ._common import cdiv as _cdiv, device_cores
 from ._pdl import pdl_enter, pdl_kwargs
 from ._quant_common import (GEMV_MAX_M, GEMV_STREAM, capped_grid, max_rows, split_k_buffers, store_row,
                             tables)
@@ -214,10 +214,7 @@ def _gemv_grid_launch(plan: dict, n_items: int, dev: torch.device) -> tuple[int,
     """(grid, launch options) of a streaming-GEMV launch over ``n_items`` work items: SMs × the plan's
     ``programs_per_sm`` (default 4; 20 "SMs" off CUDA) programs at most, each with work; num_warps, and num_stages
     on CUDA."""
-    if dev.type == "cuda":
-        sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device())
-    else:
-        sms = 20
+    sms = device_cores(dev)
     grid = capped_grid(n_items, sms * int(plan.get("programs_per_sm", 4)))
     grid = _cdiv(n_items, _cdiv(n_items, grid))   # every program gets work
     launch = dict(num_warps=int(plan["num_warps"]))
