@@ -7,7 +7,7 @@ One helper, :class:`DsOp`, turns a pure-PyTorch reference into a ``torch.library
   that honours the backend switch (``DS_OPS_BACKEND`` or :func:`backend`);
 * a fake (meta) impl for ``torch.compile`` / FakeTensor;
 * a FLOP formula registered with ``torch.utils.flop_counter.register_flop_formula``;
-* an eager fast path (:meth:`DsOp.__call__`) that skips the dispatcher (~10 µs, PyTorch issue #177109)
+* an eager fast path (:meth:`DsOp.__call__`) that skips the dispatcher (~10 µs, pytorch/pytorch#177109)
   when not compiling, while ``torch.ops.ds.<name>`` stays the registered op for engines and graphs.
 
 Backends: ``reference`` (pure PyTorch), ``triton`` (CUDA; NPU via triton-ascend; CPU under
