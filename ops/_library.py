@@ -399,8 +399,11 @@ class DsOp:
         if self.check is not None:
             try:
                 self.check(*args, **kwargs)
-            except TypeError as e:       # a missing / unexpected argument: name the op, not the private check
-                head = f"{self.check.__name__}() "
+            except TypeError as e:
+                converted = _python_scalars(args, kwargs)
+                if converted is not None:    # numpy scalars, which torch.ops.ds converts too: check them as such
+                    return self._run(_dev, *converted)
+                head = f"{self.check.__name__}() "  # a missing / unexpected argument: name the op, not the check
                 if str(e).startswith(head):
                     raise TypeError(f"ds::{self.name}() {str(e)[len(head):]}") from None
                 raise
@@ -434,8 +437,6 @@ class DsOp:
     def __call__(self, *args, **kwargs):
         if torch.compiler.is_compiling():
             return getattr(torch.ops.ds, self.name)(*args, **kwargs)
-        if any(type(a) in _NUMPY_SCALARS for a in args) or any(type(v) in _NUMPY_SCALARS for v in kwargs.values()):
-            args, kwargs = _python_scalars(args, kwargs)
         return self._run("eager", args, kwargs)
 
 
@@ -451,8 +452,12 @@ _NUMPY_SCALARS = _numpy_scalar_types()
 
 
 def _python_scalars(args, kwargs):
-    """numpy integer / float scalars as Python int / float: the eager helpers take what ``torch.ops.ds.<op>`` takes
-    (the dispatcher converts them for a schema int or float)."""
+    """(args, kwargs) with numpy integer / float scalars as Python int / float, or None when there is none: the eager
+    helpers take what ``torch.ops.ds.<op>`` takes (the dispatcher converts them for a schema int or float). Only
+    asked after a check refused an argument, so the eager path pays nothing for it."""
+    if not any(type(a) in _NUMPY_SCALARS for a in (*args, *kwargs.values())):
+        return None
+
     def conv(a):
         return a.item() if type(a) in _NUMPY_SCALARS else a
     return tuple(conv(a) for a in args), {k: conv(v) for k, v in kwargs.items()}
