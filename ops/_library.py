@@ -72,14 +72,8 @@ def backend(name: str) -> Iterator[None]:
     ...     pass
     """
     _validate_backend(name)
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    stack.append(name)
-    try:
+    with _pushed("stack", name):
         yield
-    finally:
-        stack.pop()
 
 
 _ENV_BATCH_INVARIANT = "DS_OPS_BATCH_INVARIANT"
@@ -117,10 +111,19 @@ def batch_invariant(enabled: bool = True) -> Iterator[None]:
     """
     if not isinstance(enabled, bool):
         raise TypeError(f"enabled must be a bool, got {type(enabled).__name__} {enabled!r}")
-    stack = getattr(_local, "invariant", None)
+    with _pushed("invariant", enabled):
+        yield
+
+
+@contextlib.contextmanager
+def _pushed(attr: str, value) -> Iterator[None]:
+    """``value`` on top of the thread-local stack ``attr`` for the block (the switches of :func:`backend` and
+    :func:`batch_invariant`: nested blocks, the innermost wins)."""
+    stack = getattr(_local, attr, None)
     if stack is None:
-        stack = _local.invariant = []
-    stack.append(enabled)
+        stack = []
+        setattr(_local, attr, stack)
+    stack.append(value)
     try:
         yield
     finally:
